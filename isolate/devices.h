@@ -1,0 +1,56 @@
+/* Host discovery: the CPUs xmprun may run on, NVIDIA GPUs and TPU chips with their PCI address,
+ * NUMA node and local CPUs. Every host file is read below a root directory (XMPRUN_HOST_ROOT in
+ * tests), so fixture trees stand in for real hosts. */
+#ifndef XMP_DEVICES_H
+#define XMP_DEVICES_H
+
+#include "isolate/error.h"
+
+#include <sched.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+enum xmp_device_kind {
+    XMP_DEVICE_AUTO = 0,
+    XMP_DEVICE_CUDA,
+    XMP_DEVICE_TPU,
+    XMP_DEVICE_CPU,
+};
+
+/* "auto", "cuda", "tpu", "cpu". */
+const char *xmp_device_kind_name(enum xmp_device_kind kind);
+
+struct xmp_device {
+    enum xmp_device_kind kind;
+    int index;           /* CUDA index (PCI bus order, as CUDA_DEVICE_ORDER=PCI_BUS_ID) or chip index */
+    char uuid[64];       /* "GPU-..." or "" when unknown */
+    char pci[32];        /* "0000:3b:00.0" or "" */
+    char model[96];      /* "NVIDIA H100 80GB HBM3", "TPU v4", or "" */
+    int numa_node;       /* -1 when unknown */
+    cpu_set_t local_cpus; /* CPUs local to the device, intersected with the allowed set; may be empty */
+};
+
+struct xmp_host {
+    char root[4096];     /* "" or "/" for the real host, else the fixture root */
+    cpu_set_t allowed;   /* sched_getaffinity of xmprun, or the fixture's cpu list */
+    int ncpus;           /* CPU_COUNT(&allowed) */
+    int numa_nodes;      /* number of NUMA nodes found (>= 1) */
+    struct xmp_device *gpus;
+    size_t n_gpus;
+    struct xmp_device *tpus;
+    size_t n_tpus;
+    char tpu_version[16]; /* "v4", "v5e", ... or "" */
+    char hostname[256];
+};
+
+/* Discovers the host below root (NULL or "" means "/"). For a fixture root, the allowed CPUs come
+ * from ROOT/sys/devices/system/cpu/online instead of sched_getaffinity. NVML is tried through
+ * dlopen only for the real root. */
+int xmp_host_discover(const char *root, struct xmp_host *out, struct xmp_error *err);
+void xmp_host_free(struct xmp_host *host);
+
+/* Linux list format ("0-3,8,10-11") <-> cpu_set_t. Parse returns -1 on a malformed list. */
+int xmp_cpulist_parse(const char *text, cpu_set_t *out, struct xmp_error *err);
+void xmp_cpulist_format(const cpu_set_t *set, char *buf, size_t size);
+
+#endif

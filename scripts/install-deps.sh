@@ -1,0 +1,20 @@
+#!/bin/sh
+# Installs the Debian 12 packages xmprun needs to build, test and fuzz.
+# Idempotent and quiet when everything is already present; run as root.
+set -eu
+pkgs="build-essential cmake pkg-config libyaml-dev libcgroup-dev libseccomp-dev libjansson-dev
+libcriterion-dev python3 python3-yaml python3-jsonschema clang clang-format libclang-rt-14-dev"
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing packages:$missing; run this script as root" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+echo "install-deps: installing$missing" >&2
+apt-get update -qq >/dev/null
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing >/dev/null
