@@ -33,6 +33,7 @@ class CoreLoader(yaml.SafeLoader):
 
 CoreLoader.yaml_implicit_resolvers = {}
 for tag, regexp, first in [
+    ("tag:yaml.org,2002:merge", r"^(?:<<)$", ["<"]),
     ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
     ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", list("tTfF")),
     ("tag:yaml.org,2002:int", r"^[-+]?[0-9]+$", list("-+0123456789")),
@@ -52,15 +53,24 @@ def construct_decimal_int(loader, node):
 
 
 def construct_checked_mapping(loader, node, deep=False):
-    loader.flatten_mapping(node)
-    out = {}
-    for key_node, value_node in node.value:
+    # Duplicates are looked for among the keys written in this mapping; keys brought in by a
+    # merge key (<<) are overridden by written ones, as the parser does.
+    seen = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
         key = loader.construct_object(key_node, deep=deep)
-        if key in out:
+        if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, "duplicate key %r" % (key,), key_node.start_mark
             )
-        out[key] = loader.construct_object(value_node, deep=deep)
+        seen.add(key)
+    loader.flatten_mapping(node)
+    out = {}
+    for key_node, value_node in node.value:
+        out[loader.construct_object(key_node, deep=deep)] = loader.construct_object(
+            value_node, deep=deep
+        )
     return out
 
 
