@@ -19,6 +19,11 @@ for f in "$root"/tests/fixtures/specs/*/*.yaml "$root"/examples/*.yaml; do
     [ -f "$f" ] || continue
     cp "$f" "$corpus/seed-$(sha1sum <"$f" | cut -c1-16)"
 done
+# Seeds for the --set path (see fuzz_spec.c): a spec, the separator, KEY=VALUE lines.
+printf 'version: 1\nname: s\ncommand: [a]\n\n#--set\nresources.worker.memory=4Gi\ncommand=[b, c]\nenv.FOO=1\n' \
+    >"$corpus/seed-set-1"
+printf 'version: 1\nname: s\ncommand: [a]\n\n#--set\nworkers=auto\ndevices.ids=[0, 1]\nlogs.dir=\n' \
+    >"$corpus/seed-set-2"
 
 log=$build/fuzz.log
 set +e
