@@ -52,6 +52,16 @@ def construct_decimal_int(loader, node):
     return int(loader.construct_scalar(node), 10)
 
 
+def mapping_key(key_node):
+    # The parser matches keys by their text (a key `~` is the name "~", not null), and a JSON
+    # object has only string keys; a list or mapping as a key has no JSON form at all.
+    if not isinstance(key_node, yaml.ScalarNode):
+        raise yaml.constructor.ConstructorError(
+            None, None, "a mapping key must be a scalar", key_node.start_mark
+        )
+    return key_node.value
+
+
 def construct_checked_mapping(loader, node, deep=False):
     # Duplicates are looked for among the keys written in this mapping; keys brought in by a
     # merge key (<<) are overridden by written ones, as the parser does.
@@ -59,7 +69,7 @@ def construct_checked_mapping(loader, node, deep=False):
     for key_node, _ in node.value:
         if key_node.tag == "tag:yaml.org,2002:merge":
             continue
-        key = loader.construct_object(key_node, deep=deep)
+        key = mapping_key(key_node)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, "duplicate key %r" % (key,), key_node.start_mark
@@ -68,9 +78,7 @@ def construct_checked_mapping(loader, node, deep=False):
     loader.flatten_mapping(node)
     out = {}
     for key_node, value_node in node.value:
-        out[loader.construct_object(key_node, deep=deep)] = loader.construct_object(
-            value_node, deep=deep
-        )
+        out[mapping_key(key_node)] = loader.construct_object(value_node, deep=deep)
     return out
 
 
