@@ -169,9 +169,14 @@ xmp_parse_memory(const char *text, int64_t *bytes, char *msg, size_t msg_size)
         unsigned __int128 v;
         if (strcmp(text + n, mem_suffixes[i].text) != 0)
             continue;
+        if (d.has_point && mem_suffixes[i].mult == 1)
+            return fail(msg, msg_size,
+                        "\"%s\" is not a memory quantity (a plain number is whole bytes; fractions "
+                        "need a suffix, e.g. 1.5Gi)",
+                        q);
         if (d.overflow)
             return fail(msg, msg_size, "\"%s\" is too large", q);
-        /* Rounded down to whole bytes: "1.5Gi" is exact, "0.1k" is 100. */
+        /* Rounded down to whole bytes: "1.5Gi" is exact, "0.1k" is 100, "1.0001Ki" is 1024. */
         v = d.ipart * mem_suffixes[i].mult + d.frac * mem_suffixes[i].mult / d.scale;
         if (v > (unsigned __int128)INT64_MAX)
             return fail(msg, msg_size, "\"%s\" is too large", q);

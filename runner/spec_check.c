@@ -83,8 +83,9 @@ is_scalar(const struct xmp_node *n)
     return n->kind == XMP_NODE_SCALAR && !xmp_node_is_null(n);
 }
 
-/* A plain decimal integer: optional sign, digits. Leading zeros are refused by the caller,
- * because YAML 1.1 tools (PyYAML, the JSON Schema check) read "010" as octal 8. */
+/* A plain decimal integer: optional sign, digits; "0x10" is not one. Leading zeros are refused
+ * by the caller: YAML 1.1 tools (PyYAML) read "010" as octal 8 and YAML 1.2 ones as 10, so
+ * either reading would surprise someone. */
 static bool
 looks_int(const char *s)
 {

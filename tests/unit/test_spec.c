@@ -146,6 +146,8 @@ BAD(workers_int32, BASE "workers: 2147483648\n", 4, 10,
     "workers: 2147483648 is too large (maximum 2147483647)")
 BAD(workers_octal, BASE "workers: 010\n", 4, 10,
     "workers: expected an integer >= 1 or \"auto\", got \"010\" (leading zeros are not allowed)")
+BAD(workers_hex, BASE "workers: 0x10\n", 4, 10,
+    "workers: expected an integer >= 1 or \"auto\", got \"0x10\"")
 BAD(workers_word, BASE "workers: many\n", 4, 10,
     "workers: expected an integer >= 1 or \"auto\", got \"many\"")
 BAD(kind_gpu, BASE "devices: {kind: gpu}\n", 4, 17,
@@ -536,6 +538,19 @@ Test(good, auto_words_and_alternatives)
     xmp_spec_free(&s);
 }
 
+/* Integers are decimal with an optional sign, as YAML 1.2 reads them. */
+Test(good, signed_integers)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+
+    cr_assert_eq(load_sets(BASE "workers: +10\non_failure: {restarts: +3}\n", NULL, 0, &s, &d), 0,
+                 "%s", d.count ? d.items[0].msg : "");
+    cr_expect_eq(s.workers, 10);
+    cr_expect_eq(s.restarts, 3);
+    xmp_spec_free(&s);
+}
+
 Test(good, anchors_aliases_and_merge_keys)
 {
     struct xmp_spec s;
@@ -596,9 +611,12 @@ Test(quantity, memory)
         {"1Ti", INT64_C(1) << 40, NULL},
         {"0.1k", 100, NULL},
         {"1.0001Ki", 1024, NULL},
-        {"1.5", 1, NULL},
         {"9223372036854775807", INT64_MAX, NULL},
         {"8GB", -1, "\"8GB\" is not a memory quantity (use 8Gi or 8G)"},
+        {"1.5", -1,
+         "\"1.5\" is not a memory quantity (a plain number is whole bytes; fractions need a "
+         "suffix, "
+         "e.g. 1.5Gi)"},
         {"1.5MB", -1, "\"1.5MB\" is not a memory quantity (use 1.5Mi or 1.5M)"},
         {"8K", -1, "\"8K\" is not a memory quantity (use 8Ki or 8k)"},
         {"512m", -1, "\"512m\" is not a memory quantity (did you mean 512Mi?)"},
