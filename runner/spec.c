@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 /* Specs are a few hundred bytes; the cap keeps a wrong path (a dataset, /dev/zero) from being
- * read into memory, and is documented in the README. */
+ * read into memory. Users see it in the "too large" error. */
 #define XMP_SPEC_MAX_BYTES (16u << 20)
 
 static struct xmp_node *
@@ -101,7 +101,7 @@ apply_set(struct xmp_tree *t, struct xmp_diag_sink *ds, struct xmp_node *root, c
                 map->pairs[idx].value = value;
             else
                 xmp_node_push_pair(
-                    map,
+                    t, map,
                     xmp_tree_new_scalar(t, "--set", line, col, key + start, end - start, false),
                     value);
             return;
@@ -116,7 +116,7 @@ apply_set(struct xmp_tree *t, struct xmp_diag_sink *ds, struct xmp_node *root, c
             } else {
                 child = xmp_tree_new_node(t, XMP_NODE_MAP, "--set", line, col);
                 xmp_node_push_pair(
-                    map,
+                    t, map,
                     xmp_tree_new_scalar(t, "--set", line, col, key + start, end - start, false),
                     child);
                 idx = map->n_pairs - 1;
@@ -155,14 +155,15 @@ build_specless(struct xmp_tree *t, const struct xmp_spec_source *src)
     }
     name[o] = '\0';
     for (size_t i = 0; i < src->argc; i++)
-        xmp_node_push_item(cmd, xmp_tree_new_scalar(t, file, 0, 0, src->argv[i] ? src->argv[i] : "",
-                                                    src->argv[i] ? strlen(src->argv[i]) : 0, true));
+        xmp_node_push_item(t, cmd,
+                           xmp_tree_new_scalar(t, file, 0, 0, src->argv[i] ? src->argv[i] : "",
+                                               src->argv[i] ? strlen(src->argv[i]) : 0, true));
     if (src->workers != 0)
         snprintf(num, sizeof(num), "%ld", src->workers);
     else
         snprintf(num, sizeof(num), "auto");
 #define PAIR(k, v)                                                                                 \
-    xmp_node_push_pair(root, xmp_tree_new_scalar(t, file, 0, 0, k, strlen(k), false), v)
+    xmp_node_push_pair(t, root, xmp_tree_new_scalar(t, file, 0, 0, k, strlen(k), false), v)
     PAIR("version", xmp_tree_new_scalar(t, file, 0, 0, "1", 1, false));
     PAIR("name", xmp_tree_new_scalar(t, file, 0, 0, name, strlen(name), true));
     PAIR("command", cmd);

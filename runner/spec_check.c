@@ -16,6 +16,11 @@ xmp_check_error(struct xmp_check *c, const struct xmp_node *n, const char *path,
     char msg[448];
     va_list ap;
 
+    /* Past the cap an error is only counted; formatting it would be wasted work. */
+    if (c->ds->n >= XMP_SPEC_MAX_COLLECTED) {
+        c->ds->dropped++;
+        return;
+    }
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);

@@ -12,6 +12,9 @@
  * uses a handful; "billion laughs" files reach it after a few lines. */
 #define XMP_SPEC_MAX_ALIAS_NODES 100000
 #define XMP_SPEC_MAX_DEPTH       256
+/* Values, keys and containers in one spec. A real spec has hundreds; the cap bounds the memory
+ * (about 100 MB) and time a hostile file of tiny nodes ("[x,x,x,...]") can take. */
+#define XMP_SPEC_MAX_NODES 1000000
 /* Diagnostics kept before sorting; beyond this they are only counted. */
 #define XMP_SPEC_MAX_COLLECTED 1000
 
@@ -41,16 +44,13 @@ struct xmp_node {
     size_t n_pairs;
     size_t cap;
     size_t weight; /* nodes in this subtree with aliases expanded (saturating) */
-    bool borrowed; /* an alias: shares text, items and pairs with its anchor, at its own place */
 };
 
+struct xmp_arena_chunk;
+
 struct xmp_tree {
-    struct xmp_node **nodes;
+    struct xmp_arena_chunk *chunks;
     size_t n_nodes;
-    size_t cap_nodes;
-    char **strings;
-    size_t n_strings;
-    size_t cap_strings;
 };
 
 struct xmp_sink_item {
@@ -81,9 +81,9 @@ struct xmp_node *xmp_tree_new_node(struct xmp_tree *t, enum xmp_node_kind kind, 
                                    int line, int col);
 struct xmp_node *xmp_tree_new_scalar(struct xmp_tree *t, const char *file, int line, int col,
                                      const char *text, size_t len, bool quoted);
-const char *xmp_tree_strdup(struct xmp_tree *t, const char *s);
-void xmp_node_push_item(struct xmp_node *seq, struct xmp_node *item);
-void xmp_node_push_pair(struct xmp_node *map, struct xmp_node *key, struct xmp_node *value);
+void xmp_node_push_item(struct xmp_tree *t, struct xmp_node *seq, struct xmp_node *item);
+void xmp_node_push_pair(struct xmp_tree *t, struct xmp_node *map, struct xmp_node *key,
+                        struct xmp_node *value);
 struct xmp_node *xmp_tree_clone_map(struct xmp_tree *t, const struct xmp_node *map);
 
 bool xmp_node_is_null(const struct xmp_node *n);

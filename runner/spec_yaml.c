@@ -117,28 +117,71 @@ xmp_sink_finish(struct xmp_diag_sink *ds, struct xmp_diags *out)
 
 /* ---- tree ---- */
 
+/* Nodes, scalar text and child arrays all come from one bump arena that is freed at once: a
+ * 10 MB spec holds up to a million nodes, and a malloc each made parsing several times slower
+ * than libyaml itself. A growing child array leaves its old copy behind, at most doubling the
+ * space it takes. */
+struct xmp_arena_chunk {
+    struct xmp_arena_chunk *next;
+    size_t used;
+    size_t cap;
+    max_align_t data[];
+};
+
+static void *
+arena_alloc(struct xmp_tree *t, size_t size)
+{
+    struct xmp_arena_chunk *c = t->chunks;
+    size_t need = (size + 15) & ~(size_t)15;
+
+    if (need < size)
+        abort();
+    if (c == NULL || c->cap - c->used < need) {
+        size_t cap = c == NULL ? 16384 : c->cap * 2;
+        if (cap > (1u << 20))
+            cap = 1u << 20;
+        if (cap < need)
+            cap = need;
+        c = xmalloc(sizeof(*c) + cap);
+        c->used = 0;
+        c->cap = cap;
+        c->next = t->chunks;
+        t->chunks = c;
+    }
+    c->used += need;
+    return (char *)c->data + c->used - need;
+}
+
+static void *
+arena_grow(struct xmp_tree *t, void *old, size_t n, size_t *cap, size_t size)
+{
+    size_t new_cap = *cap ? *cap * 2 : 4;
+    void *p;
+
+    if (new_cap > SIZE_MAX / size)
+        abort();
+    p = arena_alloc(t, new_cap * size);
+    if (n > 0)
+        memcpy(p, old, n * size);
+    *cap = new_cap;
+    return p;
+}
+
 void
 xmp_tree_free(struct xmp_tree *t)
 {
-    for (size_t i = 0; i < t->n_nodes; i++) {
-        if (!t->nodes[i]->borrowed) {
-            free(t->nodes[i]->text);
-            free(t->nodes[i]->items);
-            free(t->nodes[i]->pairs);
-        }
-        free(t->nodes[i]);
+    while (t->chunks != NULL) {
+        struct xmp_arena_chunk *next = t->chunks->next;
+        free(t->chunks);
+        t->chunks = next;
     }
-    for (size_t i = 0; i < t->n_strings; i++)
-        free(t->strings[i]);
-    free(t->nodes);
-    free(t->strings);
     memset(t, 0, sizeof(*t));
 }
 
 struct xmp_node *
 xmp_tree_new_node(struct xmp_tree *t, enum xmp_node_kind kind, const char *file, int line, int col)
 {
-    struct xmp_node *n = xmalloc(sizeof(*n));
+    struct xmp_node *n = arena_alloc(t, sizeof(*n));
 
     memset(n, 0, sizeof(*n));
     n->kind = kind;
@@ -146,11 +189,7 @@ xmp_tree_new_node(struct xmp_tree *t, enum xmp_node_kind kind, const char *file,
     n->line = line;
     n->col = col;
     n->weight = 1;
-    if (t->n_nodes == t->cap_nodes) {
-        t->cap_nodes = t->cap_nodes ? t->cap_nodes * 2 : 64;
-        t->nodes = xrealloc_array(t->nodes, t->cap_nodes, sizeof(*t->nodes));
-    }
-    t->nodes[t->n_nodes++] = n;
+    t->n_nodes++;
     return n;
 }
 
@@ -160,27 +199,14 @@ xmp_tree_new_scalar(struct xmp_tree *t, const char *file, int line, int col, con
 {
     struct xmp_node *n = xmp_tree_new_node(t, XMP_NODE_SCALAR, file, line, col);
 
-    n->text = xmalloc(len + 1);
+    if (len == SIZE_MAX)
+        abort();
+    n->text = arena_alloc(t, len + 1);
     memcpy(n->text, text, len);
     n->text[len] = '\0';
     n->len = len;
     n->quoted = quoted;
     return n;
-}
-
-const char *
-xmp_tree_strdup(struct xmp_tree *t, const char *s)
-{
-    size_t len = strlen(s);
-    char *copy = xmalloc(len + 1);
-
-    memcpy(copy, s, len + 1);
-    if (t->n_strings == t->cap_strings) {
-        t->cap_strings = t->cap_strings ? t->cap_strings * 2 : 8;
-        t->strings = xrealloc_array(t->strings, t->cap_strings, sizeof(*t->strings));
-    }
-    t->strings[t->n_strings++] = copy;
-    return copy;
 }
 
 static size_t
@@ -190,23 +216,20 @@ add_weight(size_t a, size_t b)
 }
 
 void
-xmp_node_push_item(struct xmp_node *seq, struct xmp_node *item)
+xmp_node_push_item(struct xmp_tree *t, struct xmp_node *seq, struct xmp_node *item)
 {
-    if (seq->n_items == seq->cap) {
-        seq->cap = seq->cap ? seq->cap * 2 : 4;
-        seq->items = xrealloc_array(seq->items, seq->cap, sizeof(*seq->items));
-    }
+    if (seq->n_items == seq->cap)
+        seq->items = arena_grow(t, seq->items, seq->n_items, &seq->cap, sizeof(*seq->items));
     seq->items[seq->n_items++] = item;
     seq->weight = add_weight(seq->weight, item->weight);
 }
 
 void
-xmp_node_push_pair(struct xmp_node *map, struct xmp_node *key, struct xmp_node *value)
+xmp_node_push_pair(struct xmp_tree *t, struct xmp_node *map, struct xmp_node *key,
+                   struct xmp_node *value)
 {
-    if (map->n_pairs == map->cap) {
-        map->cap = map->cap ? map->cap * 2 : 4;
-        map->pairs = xrealloc_array(map->pairs, map->cap, sizeof(*map->pairs));
-    }
+    if (map->n_pairs == map->cap)
+        map->pairs = arena_grow(t, map->pairs, map->n_pairs, &map->cap, sizeof(*map->pairs));
     map->pairs[map->n_pairs].key = key;
     map->pairs[map->n_pairs].value = value;
     map->n_pairs++;
@@ -219,7 +242,7 @@ xmp_tree_clone_map(struct xmp_tree *t, const struct xmp_node *map)
     struct xmp_node *c = xmp_tree_new_node(t, XMP_NODE_MAP, map->file, map->line, map->col);
 
     for (size_t i = 0; i < map->n_pairs; i++)
-        xmp_node_push_pair(c, map->pairs[i].key, map->pairs[i].value);
+        xmp_node_push_pair(t, c, map->pairs[i].key, map->pairs[i].value);
     return c;
 }
 
@@ -413,7 +436,7 @@ add_to_parent(struct builder *b, struct xmp_node *node)
     }
     f = &b->stack[b->depth - 1];
     if (f->node->kind == XMP_NODE_SEQ) {
-        xmp_node_push_item(f->node, node);
+        xmp_node_push_item(b->t, f->node, node);
     } else if (f->key == NULL) {
         if (node->kind != XMP_NODE_SCALAR) {
             char path[256];
@@ -425,7 +448,7 @@ add_to_parent(struct builder *b, struct xmp_node *node)
         }
         f->key = node;
     } else {
-        xmp_node_push_pair(f->node, f->key, node);
+        xmp_node_push_pair(b->t, f->node, f->key, node);
         f->key = NULL;
     }
     return 0;
@@ -433,24 +456,8 @@ add_to_parent(struct builder *b, struct xmp_node *node)
 
 struct keyed {
     const struct xmp_pair *pair;
-    size_t order;
-    bool explicit_key;
+    bool explicit_key; /* written in this mapping, not brought in by a merge key */
 };
-
-static int
-compare_keyed(const void *a, const void *b)
-{
-    const struct keyed *ka = a, *kb = b;
-    const struct xmp_node *x = ka->pair->key, *y = kb->pair->key;
-    size_t n = x->len < y->len ? x->len : y->len;
-    int c = memcmp(x->text, y->text, n);
-
-    if (c != 0)
-        return c;
-    if (x->len != y->len)
-        return x->len < y->len ? -1 : 1;
-    return ka->order < kb->order ? -1 : ka->order > kb->order;
-}
 
 static bool
 same_key(const struct xmp_node *x, const struct xmp_node *y)
@@ -458,12 +465,14 @@ same_key(const struct xmp_node *x, const struct xmp_node *y)
     return x->len == y->len && memcmp(x->text, y->text, x->len) == 0;
 }
 
-static int
-compare_order(const void *a, const void *b)
+static size_t
+hash_key(const struct xmp_node *key)
 {
-    const struct keyed *ka = a, *kb = b;
+    size_t h = 1469598103934665603u;
 
-    return ka->order < kb->order ? -1 : ka->order > kb->order;
+    for (size_t i = 0; i < key->len; i++)
+        h = (h ^ (unsigned char)key->text[i]) * 1099511628211u;
+    return h;
 }
 
 static bool
@@ -473,51 +482,50 @@ is_merge_key(const struct xmp_node *key)
 }
 
 static void
+push_keyed(struct keyed **list, size_t *n, size_t *cap, const struct xmp_pair *pair,
+           bool explicit_key)
+{
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 16;
+        *list = xrealloc_array(*list, *cap, sizeof(**list));
+    }
+    (*list)[*n].pair = pair;
+    (*list)[*n].explicit_key = explicit_key;
+    (*n)++;
+}
+
+static void
 collect_merge_source(struct builder *b, const struct xmp_node *src, struct keyed **list, size_t *n,
-                     size_t *cap, const char *path)
+                     size_t *cap)
 {
     if (src->kind != XMP_NODE_MAP) {
+        char path[256];
+        current_path(b, b->depth - 1, path, sizeof(path));
         xmp_sink_add(b->ds, b->file, src->line, src->col,
                      "%s%s<<: a merge key takes a mapping or a list of mappings", path,
                      path[0] ? "." : "");
         return;
     }
-    for (size_t i = 0; i < src->n_pairs; i++) {
-        if (*n == *cap) {
-            *cap = *cap ? *cap * 2 : 16;
-            *list = xrealloc_array(*list, *cap, sizeof(**list));
-        }
-        (*list)[*n] = (struct keyed){&src->pairs[i], *n, false};
-        (*n)++;
-    }
+    for (size_t i = 0; i < src->n_pairs; i++)
+        push_keyed(list, n, cap, &src->pairs[i], false);
 }
 
-/* Applies merge keys (explicit keys win, then earlier sources) and reports duplicate keys at
- * their second occurrence. Sorting keeps this O(n log n) for the 100k-key maps a hostile file
- * can hold. */
+/* Applies merge keys (written keys win, then earlier sources, as YAML's merge key spec says)
+ * and reports a duplicate written key at its second occurrence. A hash of the keys seen keeps
+ * this linear for the 500k-key mappings a hostile file can hold. */
 static void
 finish_map(struct builder *b, struct xmp_node *map)
 {
     struct keyed *list = NULL;
-    struct xmp_pair *pairs = NULL;
-    size_t n = 0, cap = 0, kept = 0;
+    size_t *seen = NULL; /* index + 1 into list, 0 = empty */
+    size_t n = 0, cap = 0, kept = 0, mask;
     bool merged = false;
-    struct keyed first = {NULL, 0, false};
-    char path[256];
 
-    /* The map being finished is still on the stack; its path is that of its parents. */
-    current_path(b, b->depth - 1, path, sizeof(path));
     for (size_t i = 0; i < map->n_pairs; i++) {
-        if (is_merge_key(map->pairs[i].key)) {
+        if (is_merge_key(map->pairs[i].key))
             merged = true;
-            continue;
-        }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            list = xrealloc_array(list, cap, sizeof(*list));
-        }
-        list[n] = (struct keyed){&map->pairs[i], n, true};
-        n++;
+        else
+            push_keyed(&list, &n, &cap, &map->pairs[i], true);
     }
     for (size_t i = 0; merged && i < map->n_pairs; i++) {
         const struct xmp_node *v = map->pairs[i].value;
@@ -525,39 +533,38 @@ finish_map(struct builder *b, struct xmp_node *map)
             continue;
         if (v->kind == XMP_NODE_SEQ)
             for (size_t j = 0; j < v->n_items; j++)
-                collect_merge_source(b, v->items[j], &list, &n, &cap, path);
+                collect_merge_source(b, v->items[j], &list, &n, &cap);
         else
-            collect_merge_source(b, v, &list, &n, &cap, path);
+            collect_merge_source(b, v, &list, &n, &cap);
     }
-    if (n > 1)
-        qsort(list, n, sizeof(*list), compare_keyed);
+    for (mask = 15; mask < 2 * n; mask = mask * 2 + 1)
+        ;
+    seen = xmp_xcalloc(mask + 1, sizeof(*seen));
+    map->pairs = n > 0 ? arena_alloc(b->t, n * sizeof(*map->pairs)) : NULL;
+    map->weight = 1;
     for (size_t i = 0; i < n; i++) {
-        if (i > 0 && same_key(first.pair->key, list[i].pair->key)) {
-            /* Explicit keys sort before merged ones, so first is explicit whenever this is. */
+        const struct xmp_node *key = list[i].pair->key;
+        size_t h = hash_key(key) & mask;
+        while (seen[h] != 0 && !same_key(list[seen[h] - 1].pair->key, key))
+            h = (h + 1) & mask;
+        if (seen[h] != 0) {
+            /* Written keys come first in list, so the first one is written too. */
             if (list[i].explicit_key) {
-                const struct xmp_node *key = list[i].pair->key;
+                char path[256];
+                current_path(b, b->depth - 1, path, sizeof(path));
                 xmp_sink_add(b->ds, b->file, key->line, key->col,
                              "%s%s%s: duplicate key (first defined at line %d)", path,
-                             path[0] ? "." : "", key->text, first.pair->key->line);
+                             path[0] ? "." : "", key->text, list[seen[h] - 1].pair->key->line);
             }
             continue;
         }
-        first = list[i];
-        list[kept++] = list[i];
+        seen[h] = i + 1;
+        map->pairs[kept++] = *list[i].pair;
+        map->weight = add_weight(map->weight, add_weight(key->weight, list[i].pair->value->weight));
     }
-    if (kept > 1)
-        qsort(list, kept, sizeof(*list), compare_order);
-    pairs = xrealloc_array(NULL, kept, sizeof(*pairs));
-    map->weight = 1;
-    for (size_t i = 0; i < kept; i++) {
-        pairs[i] = *list[i].pair;
-        map->weight =
-            add_weight(map->weight, add_weight(pairs[i].key->weight, pairs[i].value->weight));
-    }
-    free(map->pairs);
-    map->pairs = pairs;
     map->n_pairs = kept;
-    map->cap = kept;
+    map->cap = n;
+    free(seen);
     free(list);
 }
 
@@ -669,6 +676,11 @@ handle_event(struct builder *b, yaml_event_t *ev, int *docs)
     int line, col;
 
     position(b, ev->start_mark, &line, &col);
+    if (b->t->n_nodes > XMP_SPEC_MAX_NODES) {
+        xmp_sink_add(b->ds, b->file, line, col, "the spec has too many YAML nodes (more than %d)",
+                     XMP_SPEC_MAX_NODES);
+        return -1;
+    }
     switch (ev->type) {
     case YAML_NO_EVENT:
     case YAML_STREAM_START_EVENT:
@@ -703,7 +715,8 @@ handle_event(struct builder *b, yaml_event_t *ev, int *docs)
             *ref = *node;
             ref->line = line;
             ref->col = col;
-            ref->borrowed = true;
+            /* Full, so that anything added to it gets its own array and the anchor's stays. */
+            ref->cap = node->kind == XMP_NODE_SEQ ? node->n_items : node->n_pairs;
             return add_to_parent(b, ref);
         }
     case YAML_SCALAR_EVENT:
