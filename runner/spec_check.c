@@ -1,6 +1,6 @@
 /* Typed checks of single spec values (integers, booleans, enums, strings, quantities, CPU lists)
- * with the key path and position of the offending node in every message. spec.c walks the
- * mappings and calls these; each reports its own problem and returns false. */
+ * with the key path and position of the offending node in every message. spec_validate.c walks
+ * the mappings and calls these; each reports its own problem and returns false. */
 #include "runner/spec_check.h"
 
 #include <limits.h>
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void
 xmp_check_error(struct xmp_check *c, const struct xmp_node *n, const char *path, const char *fmt,
@@ -34,7 +35,8 @@ xmp_clip(const char *text, char *buf, size_t size)
 
     for (size_t i = 0; text[i] != '\0' && o + 5 < size; i++) {
         unsigned char ch = (unsigned char)text[i];
-        if (i >= 60) {
+        /* Cut only between UTF-8 characters, so that the message stays valid text. */
+        if (i >= 60 && (ch & 0xc0) != 0x80) {
             memcpy(buf + o, "...", 3);
             o += 3;
             break;

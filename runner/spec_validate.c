@@ -14,7 +14,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#define KEYS(a) a, sizeof(a) / sizeof(a[0])
+#define KEYS(a)            a, sizeof(a) / sizeof(a[0])
+#define XMP_MAX_DEVICE_IDS 1024
 
 enum { D_KIND, D_IDS, D_PER_WORKER, D_N };
 static const struct xmp_keydef device_keys[] = {
@@ -317,6 +318,12 @@ check_device_ids(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec 
         xmp_check_error(c, n, "devices.ids", "must not be an empty list (use all)");
         return;
     }
+    /* No host has more; the cap also keeps the duplicate check below cheap. */
+    if (n->n_items > XMP_MAX_DEVICE_IDS) {
+        xmp_check_error(c, n, "devices.ids", "lists %zu devices (at most %d)", n->n_items,
+                        XMP_MAX_DEVICE_IDS);
+        return;
+    }
     s->device_ids = xmp_xcalloc(n->n_items + 1, sizeof(char *));
     for (size_t i = 0; i < n->n_items; i++) {
         const struct xmp_node *item = n->items[i];
@@ -405,15 +412,16 @@ check_worker_resources(struct xmp_check *c, const struct xmp_node *n, struct xmp
     if (v[W_CPUSET]) {
         const struct xmp_node *cs = v[W_CPUSET];
         const char *text;
-        if (!xmp_check_string(c, cs, "resources.worker.cpuset", false, &text))
-            ;
-        else if (strcmp(text, "auto") == 0)
-            w->cpuset_mode = XMP_CPUSET_AUTO;
-        else if (strcmp(text, "none") == 0)
-            w->cpuset_mode = XMP_CPUSET_NONE;
-        else if (xmp_check_cpulist(c, cs, "resources.worker.cpuset")) {
-            w->cpuset_mode = XMP_CPUSET_LIST;
-            w->cpuset = xmp_xstrdup(text);
+        /* A lone CPU may be written as a plain number ("cpuset: 3"): its text is the list. */
+        if (xmp_check_string(c, cs, "resources.worker.cpuset", false, &text)) {
+            if (strcmp(text, "auto") == 0) {
+                w->cpuset_mode = XMP_CPUSET_AUTO;
+            } else if (strcmp(text, "none") == 0) {
+                w->cpuset_mode = XMP_CPUSET_NONE;
+            } else if (xmp_check_cpulist(c, cs, "resources.worker.cpuset")) {
+                w->cpuset_mode = XMP_CPUSET_LIST;
+                w->cpuset = xmp_xstrdup(text);
+            }
         }
     }
     if (v[W_PIDS] &&

@@ -864,6 +864,24 @@ Test(hostile, deep_nesting)
     expect_first(&d, "job.yaml", 1, 265, "nesting is too deep (more than 256 levels)");
 }
 
+Test(hostile, too_many_device_ids)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    char *yaml = malloc(64 + 1025 * 6);
+    size_t o;
+
+    cr_assert_not_null(yaml);
+    o = (size_t)sprintf(yaml, BASE "devices:\n  ids: [");
+    for (int i = 0; i < 1025; i++)
+        o += (size_t)sprintf(yaml + o, "%d,", i);
+    yaml[o - 1] = ']';
+    yaml[o] = '\0';
+    cr_assert_eq(load_sets(yaml, NULL, 0, &s, &d), -1);
+    expect_first(&d, "job.yaml", 5, 8, "devices.ids: lists 1025 devices (at most 1024)");
+    free(yaml);
+}
+
 Test(hostile, unreadable_file)
 {
     struct xmp_spec s;
