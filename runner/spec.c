@@ -241,8 +241,6 @@ load_file(struct xmp_tree *t, struct xmp_diag_sink *ds, const struct xmp_spec_so
         if (owned == NULL)
             return NULL;
         text = owned;
-    } else if (len == 0) {
-        len = strlen(text);
     }
     if (len > XMP_SPEC_MAX_BYTES) {
         xmp_sink_add(ds, file, 0, 0, "the spec is too large (more than %u MiB)",
