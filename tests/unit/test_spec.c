@@ -670,7 +670,7 @@ Test(set, no_equals)
 
 Test(set, empty_segment)
 {
-    check_set_bad("resources..memory=1", 11, "resources.: empty key in the path");
+    check_set_bad("resources..memory=1", 11, "\"resources..memory\": empty key in the path");
 }
 
 Test(set, bad_yaml_value)
@@ -880,6 +880,24 @@ Test(hostile, too_many_device_ids)
     cr_assert_eq(load_sets(yaml, NULL, 0, &s, &d), -1);
     expect_first(&d, "job.yaml", 5, 8, "devices.ids: lists 1025 devices (at most 1024)");
     free(yaml);
+}
+
+/* In-memory text need not be NUL-terminated: only text_len bytes are read (ASan checks it). */
+Test(hostile, text_without_terminator)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    char *text = malloc(4);
+
+    cr_assert_not_null(text);
+    memcpy(text, "vers", 4);
+    cr_assert_eq(load_len(text, 0, NULL, 0, &s, &d), -1);
+    expect_first(&d, "job.yaml", 1, 1,
+                 "empty spec: a job spec is a mapping with at least version, name and command");
+    cr_assert_eq(load_len(text, 4, NULL, 0, &s, &d), -1);
+    expect_first(&d, "job.yaml", 1, 1,
+                 "the spec must be a mapping of keys (version, name, command, ...), got \"vers\"");
+    free(text);
 }
 
 Test(hostile, unreadable_file)
