@@ -124,7 +124,8 @@ xmp_join_path(char *buf, size_t size, const char *prefix, const char *key)
     char clipped[80];
 
     xmp_clip(key, clipped, sizeof(clipped));
-    snprintf(buf, size, "%s%s%s", prefix, prefix[0] ? "." : "", clipped);
+    /* An empty key (YAML allows "": x) would vanish from the path. */
+    snprintf(buf, size, "%s%s%s", prefix, prefix[0] ? "." : "", clipped[0] ? clipped : "\"\"");
 }
 
 const struct xmp_keydef *
@@ -139,18 +140,46 @@ xmp_find_key(const struct xmp_keydef *keys, size_t n, const char *name, size_t *
     return NULL;
 }
 
+/* The full path of the first key named word anywhere in the spec ("memory" ->
+ * "resources.worker.memory"), for a key written at the wrong level. */
+static bool
+find_elsewhere(const struct xmp_keydef *keys, size_t n, const char *word, const char *prefix,
+               char *out, size_t size)
+{
+    char path[128];
+
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", keys[i].name);
+        if (strcmp(keys[i].name, word) == 0) {
+            snprintf(out, size, "%s", path);
+            return true;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", keys[i].name);
+        if (keys[i].sub != NULL &&
+            find_elsewhere(keys[i].sub, keys[i].n_sub, word, path, out, size))
+            return true;
+    }
+    return false;
+}
+
 void
 xmp_unknown_key(struct xmp_diag_sink *ds, const char *file, int line, int col, const char *path,
                 const char *word, const struct xmp_keydef *keys, size_t n)
 {
     const char *names[T_N];
     const char *hint;
+    char where[128];
 
     for (size_t i = 0; i < n && i < T_N; i++)
         names[i] = keys[i].name;
     hint = xmp_suggest(word, names, n < T_N ? n : T_N);
     if (hint != NULL)
         xmp_sink_add(ds, file, line, col, "%s: unknown key (did you mean \"%s\"?)", path, hint);
+    else if (find_elsewhere(xmp_spec_keys, T_N, word, "", where, sizeof(where)))
+        xmp_sink_add(ds, file, line, col, "%s: unknown key here (did you mean \"%s\"?)", path,
+                     where);
     else
         xmp_sink_add(ds, file, line, col, "%s: unknown key", path);
 }

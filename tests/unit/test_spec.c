@@ -269,6 +269,10 @@ BAD(master_addr_empty, BASE "distributed: {master_addr: ''}\n", 4, 28,
 /* keys and YAML structure */
 BAD(top_typo, BASE "worker: 4\n", 4, 1, "worker: unknown key (did you mean \"workers\"?)")
 BAD(top_unknown, BASE "foo: 1\n", 4, 1, "foo: unknown key")
+BAD(wrong_level, BASE "memory: 8Gi\n", 4, 1,
+    "memory: unknown key here (did you mean \"resources.worker.memory\"?)")
+BAD(wrong_level_nested, BASE "resources:\n  worker:\n    grace: 5s\n", 6, 5,
+    "resources.worker.grace: unknown key here (did you mean \"on_failure.grace\"?)")
 BAD(top_case, BASE "Timeout: 5s\n", 4, 1, "Timeout: unknown key (did you mean \"timeout\"?)")
 BAD(tab_indent, BASE "resources:\n  worker:\n\tmemory: 1Gi\n", 6, 1,
     "invalid YAML: tabs are not allowed for indentation; use spaces")
@@ -296,6 +300,7 @@ BAD(merge_scalar, BASE "resources:\n  <<: 1\n", 5, 7,
 BAD(unclosed_quote, "version: 1\nname: \"abc\ncommand: x\n", 4, 1,
     "invalid YAML: found unexpected end of stream (while scanning a quoted scalar at line 2, "
     "column 7)")
+BAD(empty_key, BASE "resources:\n  \"\": 1\n", 5, 3, "resources.\"\": unknown key")
 BAD(list_key, BASE "? [a]\n: 1\n", 4, 3, "keys must be plain strings, not lists")
 BAD(bad_indent, "version: 1\n  name: a\n", 2, 7,
     "invalid YAML: mapping values are not allowed in this context")
