@@ -197,6 +197,17 @@ xmp_check_bool(struct xmp_check *c, const struct xmp_node *n, const char *path, 
     return false;
 }
 
+static bool
+is_false_word(const char *s)
+{
+    static const char *const words[] = {"false", "False", "FALSE", "no", "No", "NO", "n", "N"};
+
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+        if (strcmp(s, words[i]) == 0)
+            return true;
+    return false;
+}
+
 bool
 xmp_check_enum(struct xmp_check *c, const struct xmp_node *n, const char *path,
                const char *const *names, size_t count, int *out)
@@ -213,6 +224,10 @@ xmp_check_enum(struct xmp_check *c, const struct xmp_node *n, const char *path,
             }
         }
         hint = xmp_suggest(n->text, names, count);
+        /* "cgroups: false" or "seccomp: no" mean the value spelled "off". */
+        for (size_t i = 0; hint == NULL && i < count; i++)
+            if (strcmp(names[i], "off") == 0 && is_false_word(n->text))
+                hint = names[i];
     }
     for (size_t i = 0; i < count && o < sizeof(expect); i++) {
         int w = snprintf(expect + o, sizeof(expect) - o, "%s%s", i ? ", " : "", names[i]);

@@ -515,6 +515,17 @@ check_workdir(struct xmp_check *c, const struct xmp_node *n, const char *cwd, st
     s->workdir = real;
 }
 
+static bool
+is_plain_bool(const struct xmp_node *n)
+{
+    static const char *const words[] = {"true", "True", "TRUE", "false", "False", "FALSE"};
+
+    for (size_t i = 0; n->kind == XMP_NODE_SCALAR && !n->quoted && i < COUNT(words); i++)
+        if (strcmp(n->text, words[i]) == 0)
+            return true;
+    return false;
+}
+
 static void
 check_isolation(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *s)
 {
@@ -528,7 +539,15 @@ check_isolation(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *
                                        COUNT(cgroups_names), &idx))
         s->cgroups = (enum xmp_cgroups_policy[]){XMP_CGROUPS_REQUIRED, XMP_CGROUPS_OPTIONAL,
                                                  XMP_CGROUPS_OFF}[idx];
-    if (v[I_SECCOMP] && xmp_check_string(c, v[I_SECCOMP], "isolation.seccomp", false, &text)) {
+    /* An unquoted boolean would otherwise become a profile path named "false". */
+    if (v[I_SECCOMP] && is_plain_bool(v[I_SECCOMP])) {
+        bool t = strcasecmp(v[I_SECCOMP]->text, "true") == 0;
+        xmp_check_error(c, v[I_SECCOMP], "isolation.seccomp",
+                        "expected default, strict, off or a profile path, got \"%s\" (did you "
+                        "mean \"%s\"?)",
+                        v[I_SECCOMP]->text, t ? "default" : "off");
+    } else if (v[I_SECCOMP] &&
+               xmp_check_string(c, v[I_SECCOMP], "isolation.seccomp", false, &text)) {
         if (strcmp(text, "default") == 0) {
             s->seccomp = XMP_SECCOMP_DEFAULT;
         } else if (strcmp(text, "strict") == 0) {

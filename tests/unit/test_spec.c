@@ -228,6 +228,12 @@ BAD(resources_typo, BASE "resources:\n  workers: {}\n", 5, 3,
 BAD(start_spawn, BASE "start: spawn\n", 4, 8, "start: expected one of exec, fork, got \"spawn\"")
 BAD(cgroups_maybe, BASE "isolation: {cgroups: maybe}\n", 4, 22,
     "isolation.cgroups: expected one of required, optional, off, got \"maybe\"")
+BAD(cgroups_false, BASE "isolation: {cgroups: false}\n", 4, 22,
+    "isolation.cgroups: expected one of required, optional, off, got \"false\" (did you mean "
+    "\"off\"?)")
+BAD(seccomp_false, BASE "isolation: {seccomp: false}\n", 4, 22,
+    "isolation.seccomp: expected default, strict, off or a profile path, got \"false\" (did you "
+    "mean \"off\"?)")
 BAD(seccomp_empty, BASE "isolation: {seccomp: \"\"}\n", 4, 22,
     "isolation.seccomp: must not be empty")
 BAD(no_new_privs_no, BASE "isolation: {no_new_privs: no}\n", 4, 27,
