@@ -161,7 +161,9 @@ load_layout(enum xmp_cgroup_mode mode, struct xmp_cg_layout *l, struct xmp_error
 static void
 own_dir(const struct xmp_cg_hier *h, char *buf, size_t size)
 {
-    snprintf(buf, size, "%s%s", h->mount, strcmp(h->own, "/") == 0 ? "" : h->own);
+    /* Both parts are below XMP_CG_PATH; a cut result fails later at new_cgroup's length check. */
+    if (snprintf(buf, size, "%s%s", h->mount, strcmp(h->own, "/") == 0 ? "" : h->own) < 0)
+        buf[0] = '\0';
 }
 
 static int
@@ -201,31 +203,34 @@ free_cgroup(struct xmp_cgroup *cg)
 {
     if (cg->dirfd >= 0)
         close(cg->dirfd);
-    if (cg->parent == NULL)
+    if (cg->owns_layout)
         free(cg->layout);
     free(cg->children);
     free(cg);
 }
 
-/* The message for isolation.cgroups: required when xmprun may not write its own cgroup. */
+/* The message for isolation.cgroups: required when xmprun may not write its own cgroup: why,
+ * and what to do. No strerror text is appended (errnum is kept), so that the advice, not the
+ * errno's name, fits in the message. */
 static int
 explain_access(struct xmp_error *err, int e, const char *dir)
 {
     if (e == EROFS)
-        return xmp_error_set(err, e,
-                             "cannot create cgroups below `%s`: the cgroup filesystem is mounted "
-                             "read-only (in a container: run with --cgroupns=private and a "
-                             "writable /sys/fs/cgroup, or --privileged; or set isolation.cgroups: "
-                             "optional)",
-                             dir);
-    if (e == EACCES || e == EPERM)
-        return xmp_error_set(
-            err, e,
-            "cannot create cgroups below `%s`: not root and the cgroup is not "
-            "delegated to this user; ask for a delegated cgroup (systemd-run "
-            "--user -p Delegate=yes --scope ...) or set isolation.cgroups: optional",
-            dir);
-    return xmp_error_set(err, e, "cannot create cgroups below `%s`", dir);
+        xmp_error_set(err, 0,
+                      "cannot create cgroups: the cgroup filesystem is mounted read-only (in a "
+                      "container: run with --cgroupns=private and a writable /sys/fs/cgroup, or "
+                      "--privileged; or set isolation.cgroups: optional)");
+    else if (e == EACCES || e == EPERM)
+        xmp_error_set(err, 0,
+                      "cannot create cgroups in `%s`: permission denied (not root, no delegation); "
+                      "ask for a delegated cgroup (systemd-run --user -p Delegate=yes --scope ...) "
+                      "or set isolation.cgroups: optional",
+                      dir);
+    else
+        return xmp_error_set(err, e, "cannot create cgroups in `%s`", dir);
+    if (err != NULL)
+        err->errnum = e;
+    return -1;
 }
 
 int
@@ -263,15 +268,16 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
         free(layout);
         return -1;
     }
+    cg->owns_layout = true;
     if (cg->ops->create(cg, limits, err) < 0) {
-        free_cgroup(cg);
+        /* A delegation can allow mkdir and still refuse a control file (or the reverse). */
         if (err != NULL &&
             (err->errnum == EACCES || err->errnum == EPERM || err->errnum == EROFS)) {
-            char msg[sizeof(err->msg)];
-            int e = err->errnum;
-            memcpy(msg, err->msg, sizeof(msg));
-            explain_access(err, e, msg);
+            char base[XMP_CG_PATH];
+            own_dir(&layout->h[0], base, sizeof(base));
+            explain_access(err, err->errnum, base);
         }
+        free_cgroup(cg);
         return -1;
     }
     *out = cg;
@@ -477,9 +483,11 @@ xmp_cgroup_gc(enum xmp_cgroup_mode mode, bool (*is_orphan)(const char *name, voi
     char(*names)[256] = NULL;
     size_t n = 0, cap = 0;
     int removed = 0, ret = 0;
+    char self[64];
 
     if (mode == XMP_CGROUP_MODE_NONE)
         return 0;
+    snprintf(self, sizeof(self), "xmprun-self-%ld", (long)getpid());
     layout = calloc(1, sizeof(*layout));
     if (layout == NULL)
         return xmp_error_set(err, ENOMEM, "cgroup gc");
@@ -496,9 +504,10 @@ xmp_cgroup_gc(enum xmp_cgroup_mode mode, bool (*is_orphan)(const char *name, voi
         if (d == NULL)
             continue;
         while ((de = readdir(d)) != NULL) {
+            /* Never the leaf this process moved itself into, whatever is_orphan says. */
             if (de->d_type != DT_DIR || strncmp(de->d_name, "xmprun-", 7) != 0 ||
-                strlen(de->d_name) >= 256 || seen_name(names, n, de->d_name) ||
-                !is_orphan(de->d_name, data))
+                strlen(de->d_name) >= 256 || strcmp(de->d_name, self) == 0 ||
+                seen_name(names, n, de->d_name) || !is_orphan(de->d_name, data))
                 continue;
             if (n == cap) {
                 void *nn = realloc(names, (cap = cap ? cap * 2 : 8) * sizeof(*names));
@@ -521,10 +530,8 @@ xmp_cgroup_gc(enum xmp_cgroup_mode mode, bool (*is_orphan)(const char *name, voi
         } else {
             removed++;
         }
-        if (cg != NULL) {
-            cg->parent = cg; /* the layout is gc's, not the object's */
+        if (cg != NULL)
             free_cgroup(cg);
-        }
     }
     free(names);
     free(layout);

@@ -40,7 +40,8 @@ struct xmp_cg_ops;
 struct xmp_cgroup {
     const struct xmp_cg_ops *ops;
     struct xmp_cg_layout *layout; /* owned by the job, shared by its children */
-    struct xmp_cgroup *parent;    /* NULL for the job */
+    bool owns_layout;
+    struct xmp_cgroup *parent; /* NULL for the job */
     struct xmp_cgroup **children;
     size_t nchildren;
     int dirfd;              /* cgroup2 directory, or -1 */

@@ -11,11 +11,16 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <linux/sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,6 +32,7 @@ struct hier {
     char ctrl[16]; /* "" for cgroup2 */
     char own[1024];
     char dir[1024]; /* xmprun's own cgroup directory */
+    char mnt[1024];
 };
 
 static struct hier H[MAX_H];
@@ -66,6 +72,7 @@ read_layout(void)
         cr_assert_eq(xmp_cgroup_parse_proc(proc, v1[i], h->own, sizeof(h->own), NULL, NULL), 0);
         cr_assert_eq(xmp_cgroup_join(mnt, root, h->own, h->dir, sizeof(h->dir), NULL), 0);
         strcpy(h->ctrl, v1[i]);
+        strcpy(h->mnt, mnt);
         NH++;
     }
     if (MODE != XMP_CGROUP_MODE_LEGACY) {
@@ -76,6 +83,7 @@ read_layout(void)
         cr_assert_eq(xmp_cgroup_parse_proc(proc, "", h->own, sizeof(h->own), NULL, NULL), 0);
         cr_assert_eq(xmp_cgroup_join(mnt, root, h->own, h->dir, sizeof(h->dir), NULL), 0);
         h->ctrl[0] = '\0';
+        strcpy(h->mnt, mnt);
         NH++;
     }
     free(proc);
@@ -518,5 +526,248 @@ Test(cgroup_live, destroy_null_and_bad_names)
     cr_expect_eq(xmp_cgroup_create_child(job, "a/b", &l, &c, &err), -1);
     cr_expect_null(c);
     cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}
+
+/* Runs fn in a forked child (for what must not touch the test process: namespaces, credentials,
+ * its cgroup) and fails the test with the message fn returns, if any. */
+static void
+in_child(const char *(*fn)(void))
+{
+    int p[2];
+    char msg[512] = "";
+    int status = 0;
+    pid_t pid;
+
+    cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        const char *m = fn();
+        close(p[0]);
+        if (m != NULL && write(p[1], m, strlen(m)) < 0)
+            _exit(2);
+        _exit(m == NULL ? 0 : 1);
+    }
+    close(p[1]);
+    if (read(p[0], msg, sizeof(msg) - 1) < 0)
+        msg[0] = '\0';
+    close(p[0]);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert_str_empty(msg, "%s", msg);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+}
+
+static char child_msg[512];
+
+/* The failure message of a child-side check (see in_child). */
+static const char *fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *
+fail(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(child_msg, sizeof(child_msg), fmt, ap);
+    va_end(ap);
+    return child_msg;
+}
+
+static const char *
+create_read_only(void)
+{
+    struct xmp_cgroup *job = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128];
+
+    /* A private mount namespace in which every cgroup mount is read-only, as in a container
+     * started without a writable /sys/fs/cgroup. */
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        return "unshare/mount private failed";
+    for (size_t i = 0; i < NH; i++)
+        if (mount(NULL, H[i].mnt, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
+            return "remount read-only failed";
+    xmp_limits_init(&l);
+    job_name(name, sizeof(name), "ro");
+    if (xmp_cgroup_create_job(MODE, name, &l, &job, &err) == 0) {
+        xmp_cgroup_destroy(job, NULL);
+        return "create_job succeeded on a read-only cgroupfs";
+    }
+    fail("errnum %d, message: %s", err.errnum, err.msg);
+    if (err.errnum != EROFS || strstr(err.msg, "read-only") == NULL ||
+        strstr(err.msg, "--cgroupns=private") == NULL ||
+        strstr(err.msg, "isolation.cgroups: optional") == NULL)
+        return child_msg;
+    return NULL;
+}
+
+Test(cgroup_live, read_only_cgroupfs_says_what_to_do)
+{
+    in_child(create_read_only);
+    assert_clean();
+}
+
+static const char *
+create_unprivileged(void)
+{
+    struct xmp_cgroup *job = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128];
+
+    if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+        setresuid(65534, 65534, 65534) < 0)
+        return "cannot drop to nobody";
+    xmp_limits_init(&l);
+    job_name(name, sizeof(name), "nobody");
+    if (xmp_cgroup_create_job(MODE, name, &l, &job, &err) == 0) {
+        xmp_cgroup_destroy(job, NULL);
+        return "create_job succeeded as nobody";
+    }
+    fail("errnum %d, message: %s", err.errnum, err.msg);
+    if ((err.errnum != EACCES && err.errnum != EPERM) || strstr(err.msg, "Delegate=yes") == NULL)
+        return child_msg;
+    return NULL;
+}
+
+Test(cgroup_live, no_permission_says_what_to_do)
+{
+    in_child(create_unprivileged);
+    assert_clean();
+}
+
+static struct xmp_cgroup *CLONE_CG;
+
+static const char *
+clone_into(void)
+{
+    struct clone_args args = {0};
+    struct xmp_error err = {0};
+    char path[64], *text, got[1024];
+    int status = 0;
+    long pid;
+
+    args.flags = CLONE_INTO_CGROUP;
+    args.exit_signal = SIGCHLD;
+    args.cgroup = (uint64_t)xmp_cgroup_dirfd(CLONE_CG);
+    pid = syscall(SYS_clone3, &args, sizeof(args));
+    if (pid < 0)
+        return "clone3(CLONE_INTO_CGROUP) failed";
+    if (pid == 0) {
+        /* Already in the cgroup2 directory: attach only joins the v1 hierarchies. */
+        if (xmp_cgroup_attach(CLONE_CG, 0, true, &err) < 0)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    usleep(100000);
+    snprintf(path, sizeof(path), "/proc/%ld/cgroup", pid);
+    text = slurp(path);
+    kill((pid_t)pid, SIGKILL);
+    waitpid((pid_t)pid, &status, 0);
+    if (text == NULL)
+        return "cannot read the clone's /proc/pid/cgroup";
+    for (size_t i = 0; i < NH; i++) {
+        if (xmp_cgroup_parse_proc(text, H[i].ctrl, got, sizeof(got), NULL, NULL) < 0 ||
+            strstr(got, "/worker-0") == NULL) {
+            fail("clone not in worker-0 in %s: %s", H[i].ctrl[0] ? H[i].ctrl : "cgroup2", text);
+            free(text);
+            return child_msg;
+        }
+    }
+    free(text);
+    if (!WIFSIGNALED(status))
+        return "the clone exited: attach failed";
+    return NULL;
+}
+
+Test(cgroup_live, clone3_into_cgroup)
+{
+    struct xmp_cgroup *job, *w0 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128];
+
+    if (MODE == XMP_CGROUP_MODE_LEGACY)
+        cr_skip_test("no cgroup2 tree in legacy mode");
+    job = make_job("clone3", -1, name, sizeof(name));
+    xmp_limits_init(&l);
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
+    cr_assert_geq(xmp_cgroup_dirfd(w0), 0);
+    CLONE_CG = w0;
+    in_child(clone_into);
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}
+
+static char NEST[1200];
+
+static bool
+self_is_orphan(const char *name, void *data)
+{
+    (void)data;
+    return strncmp(name, "xmprun-self-", 12) == 0;
+}
+
+static const char *
+nested_self_move(void)
+{
+    struct xmp_cgroup *job = NULL, *w0 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128], path[1400], *text, got[1024], want[1400];
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/cgroup.procs", NEST);
+    fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, "0", 1) != 1)
+        return "cannot enter the nest cgroup";
+    close(fd);
+    xmp_limits_init(&l);
+    l.memory = 64 << 20;
+    job_name(name, sizeof(name), "inner");
+    if (xmp_cgroup_create_job(MODE, name, &l, &job, &err) < 0) {
+        fail("create_job in a cgroup with processes: %s", err.msg);
+        return child_msg;
+    }
+    if (xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err) < 0) {
+        fail("create_child: %s", err.msg);
+        return child_msg;
+    }
+    text = slurp("/proc/self/cgroup");
+    xmp_cgroup_parse_proc(text, "", got, sizeof(got), NULL, NULL);
+    free(text);
+    snprintf(want, sizeof(want), "/xmprun-self-%ld", (long)getpid());
+    if (strstr(got, want) == NULL) {
+        fail("xmprun is in %s, not in its leaf", got);
+        return child_msg;
+    }
+    snprintf(path, sizeof(path), "%s/%s/worker-0/memory.max", NEST, name);
+    if (access(path, F_OK) < 0)
+        return "the job is not below the nest (xmprun's own cgroup)";
+    /* gc must never remove the leaf xmprun itself lives in. */
+    if (xmp_cgroup_gc(MODE, self_is_orphan, NULL, &err) != 0)
+        return "gc removed something";
+    if (xmp_cgroup_destroy(job, &err) < 0) {
+        fail("destroy: %s", err.msg);
+        return child_msg;
+    }
+    return NULL;
+}
+
+Test(cgroup_live, v2_moves_itself_into_a_leaf)
+{
+    const struct hier *h;
+
+    if (MODE != XMP_CGROUP_MODE_UNIFIED)
+        cr_skip_test("the no-internal-processes rule is a cgroup v2 matter");
+    h = hier("");
+    snprintf(NEST, sizeof(NEST), "%s/xmprun-test-%ld-nest", h->dir, (long)getpid());
+    cr_assert_eq(mkdir(NEST, 0755), 0, "mkdir %s: %s", NEST, strerror(errno));
+    in_child(nested_self_move);
+    /* The leaf outlives the process that moved there (gc's job); the test removes it. */
+    scrub(NEST);
+    cr_expect(access(NEST, F_OK) < 0, "cannot remove %s", NEST);
     assert_clean();
 }
