@@ -392,20 +392,24 @@ sleep_ms(long ms)
         ;
 }
 
-/* Kills and waits until the tree is empty, up to timeout_ms. Polling with short sleeps is
- * acceptable here: it runs once per cgroup at teardown, after the supervisor has reaped its
- * workers, so normally the first check already succeeds. */
+/* Kills and waits until the tree is empty, up to timeout_ms, killing again every 100 ms (a task
+ * may have forked past a v1 sweep). Polling with short sleeps is acceptable here: it runs once
+ * per cgroup at teardown, after the supervisor has reaped its workers, so normally the first
+ * check already succeeds. */
 static int
 kill_and_wait(struct xmp_cgroup *cg, long timeout_ms, struct xmp_error *err)
 {
-    long waited = 0, step = 5;
+    long waited = 0, step = 5, next_kill = 0;
 
     while (!xmp_cgroup_is_empty(cg)) {
         if (waited >= timeout_ms)
             return xmp_error_set(err, EBUSY, "cgroup `%s` still has processes after %ld ms",
                                  cg->path, timeout_ms);
-        if (waited % 100 < step && xmp_cgroup_kill(cg, err) < 0)
-            return -1;
+        if (waited >= next_kill) {
+            if (xmp_cgroup_kill(cg, err) < 0)
+                return -1;
+            next_kill = waited + 100;
+        }
         sleep_ms(step);
         waited += step;
         if (step < 50)
@@ -433,37 +437,56 @@ remove_dirs(struct xmp_cgroup *cg, struct xmp_error *err)
     return ret;
 }
 
-int
-xmp_cgroup_destroy(struct xmp_cgroup *cg, struct xmp_error *err)
+static void
+unlink_child(struct xmp_cgroup *cg)
+{
+    struct xmp_cgroup *p = cg->parent;
+
+    for (size_t i = 0; p != NULL && i < p->nchildren; i++) {
+        if (p->children[i] == cg) {
+            p->children[i] = p->children[--p->nchildren];
+            break;
+        }
+    }
+}
+
+/* Frees cg and its children; removes their directories (children first) when they are empty.
+ * Only the outermost call waits: the job's wait covers its whole tree. */
+static int
+destroy_tree(struct xmp_cgroup *cg, bool wait, struct xmp_error *err)
 {
     int ret = 0;
 
-    if (cg == NULL)
-        return 0;
-    if (kill_and_wait(cg, 5000, err) < 0)
+    if (wait && kill_and_wait(cg, 5000, err) < 0)
         ret = -1;
     while (cg->nchildren > 0) {
-        struct xmp_cgroup *child = cg->children[cg->nchildren - 1];
         struct xmp_error e = {0};
-        if (xmp_cgroup_destroy(child, &e) < 0 && ret == 0) {
+        if (destroy_tree(cg->children[cg->nchildren - 1], false, &e) < 0 && ret == 0) {
             if (err != NULL)
                 *err = e;
             ret = -1;
         }
     }
-    if (ret == 0 && remove_dirs(cg, err) < 0)
-        ret = -1;
-    if (cg->parent != NULL) {
-        struct xmp_cgroup *p = cg->parent;
-        for (size_t i = 0; i < p->nchildren; i++) {
-            if (p->children[i] == cg) {
-                p->children[i] = p->children[--p->nchildren];
-                break;
-            }
+    /* Even after a failed wait, remove what is empty; rmdir's EBUSY names what is left. */
+    {
+        struct xmp_error e = {0};
+        if (remove_dirs(cg, &e) < 0 && ret == 0) {
+            if (err != NULL)
+                *err = e;
+            ret = -1;
         }
     }
+    unlink_child(cg);
     free_cgroup(cg);
     return ret;
+}
+
+int
+xmp_cgroup_destroy(struct xmp_cgroup *cg, struct xmp_error *err)
+{
+    if (cg == NULL)
+        return 0;
+    return destroy_tree(cg, true, err);
 }
 
 static bool

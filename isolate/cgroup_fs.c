@@ -160,6 +160,39 @@ xmp_cg_lc_set(const struct xmp_cg_hier *h, const char *rel, const char *file, co
     return 0;
 }
 
+int
+xmp_cg_lc_read(const struct xmp_cg_hier *h, const char *rel, const char *file, char *buf,
+               size_t size, struct xmp_error *err)
+{
+    char name[XMP_CG_PATH], path[XMP_CG_PATH * 2];
+    void *handle = NULL;
+    size_t o = 0;
+    int ret;
+
+    xmp_cg_lc_name(h, rel, name, sizeof(name));
+    buf[0] = '\0';
+    /* The iterator reads one line per call, like fgets, into what is left of buf. */
+    ret = cgroup_read_value_begin(h->lc_ctrl, name, (char *)file, &handle, buf, (int)size);
+    while (ret == 0) {
+        o += strlen(buf + o);
+        if (o > 0 && buf[o - 1] != '\n' && o + 1 < size) {
+            buf[o++] = '\n';
+            buf[o] = '\0';
+        }
+        if (o + 1 >= size)
+            break;
+        ret = cgroup_read_value_next(&handle, buf + o, (int)(size - o));
+    }
+    if (handle != NULL)
+        cgroup_read_value_end(&handle);
+    if (ret != 0 && ret != ECGEOF) {
+        if (snprintf(path, sizeof(path), "%s/%s/%s", h->mount, name, file) < 0)
+            path[0] = '\0';
+        return xmp_cg_lcerror(err, ret, "read", path);
+    }
+    return 0;
+}
+
 /* ---- process-tree helpers ---- */
 
 typedef void (*dir_fn)(const char *dir, void *data);

@@ -77,6 +77,11 @@ int xmp_cg_lcerror(struct xmp_error *err, int ret, const char *what, const char 
 /* Sets file=value in hierarchy h on the cgroup at rel (below own) through libcgroup. */
 int xmp_cg_lc_set(const struct xmp_cg_hier *h, const char *rel, const char *file, const char *value,
                   struct xmp_error *err);
+/* Reads file (all its lines) of the cgroup rel in hierarchy h through libcgroup's value
+ * iterator, which opens just that file (cgroup_get_cgroup() would read every file of every
+ * controller). */
+int xmp_cg_lc_read(const struct xmp_cg_hier *h, const char *rel, const char *file, char *buf,
+                   size_t size, struct xmp_error *err);
 /* libcgroup's name of the cgroup rel in hierarchy h: "<own>/<rel>" relative to the mount root. */
 void xmp_cg_lc_name(const struct xmp_cg_hier *h, const char *rel, char *buf, size_t size);
 /* SIGKILLs every pid in cgroup.procs of dir and all its descendants. */

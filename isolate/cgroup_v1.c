@@ -227,8 +227,6 @@ v1_kill(struct xmp_cgroup *cg, struct xmp_error *err)
     return ret;
 }
 
-/* The statistics are read directly: libcgroup's cgroup_get_cgroup() reads every file of every
- * controller of the cgroup (dozens of reads for four numbers). */
 static int
 v1_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct xmp_error *err)
 {
@@ -237,23 +235,27 @@ v1_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct x
     int i;
 
     if ((i = hier_of(lay, XMP_CG_MEMORY)) >= 0) {
-        if (xmp_cg_read(cg->dir[i], "memory.max_usage_in_bytes", buf, sizeof(buf), err) < 0)
+        const struct xmp_cg_hier *h = &lay->h[i];
+        if (xmp_cg_lc_read(h, cg->rel, "memory.max_usage_in_bytes", buf, sizeof(buf), err) < 0)
             return -1;
         st->memory_peak = strtoll(buf, NULL, 10);
-        if (xmp_cg_read(cg->dir[i], "memory.oom_control", buf, sizeof(buf), err) < 0)
+        if (xmp_cg_lc_read(h, cg->rel, "memory.oom_control", buf, sizeof(buf), err) < 0)
             return -1;
         st->oom_kills = xmp_cg_keyed(buf, "oom_kill");
     }
     if ((i = hier_of(lay, XMP_CG_CPUACCT)) >= 0) {
-        if (xmp_cg_read(cg->dir[i], "cpuacct.usage_user", buf, sizeof(buf), NULL) == 0) {
+        const struct xmp_cg_hier *h = &lay->h[i];
+        if (xmp_cg_exists(cg->dir[i], "cpuacct.usage_user")) {
+            if (xmp_cg_lc_read(h, cg->rel, "cpuacct.usage_user", buf, sizeof(buf), err) < 0)
+                return -1;
             st->user_usec = strtoll(buf, NULL, 10) / 1000;
-            if (xmp_cg_read(cg->dir[i], "cpuacct.usage_sys", buf, sizeof(buf), err) < 0)
+            if (xmp_cg_lc_read(h, cg->rel, "cpuacct.usage_sys", buf, sizeof(buf), err) < 0)
                 return -1;
             st->system_usec = strtoll(buf, NULL, 10) / 1000;
         } else {
             /* Before Linux 4.6 only cpuacct.stat, in USER_HZ ticks. */
             long hz = sysconf(_SC_CLK_TCK);
-            if (xmp_cg_read(cg->dir[i], "cpuacct.stat", buf, sizeof(buf), err) < 0)
+            if (xmp_cg_lc_read(h, cg->rel, "cpuacct.stat", buf, sizeof(buf), err) < 0)
                 return -1;
             st->user_usec = xmp_cgroup_ticks_to_usec(xmp_cg_keyed(buf, "user"), hz);
             st->system_usec = xmp_cgroup_ticks_to_usec(xmp_cg_keyed(buf, "system"), hz);
