@@ -221,10 +221,11 @@ explain_access(struct xmp_error *err, int e, const char *dir)
                       "container: run with --cgroupns=private and a writable /sys/fs/cgroup, or "
                       "--privileged; or set isolation.cgroups: optional)");
     else if (e == EACCES || e == EPERM)
+        /* The path is cut so that the advice fits in the message, even with a prefix. */
         xmp_error_set(err, 0,
-                      "cannot create cgroups in `%s`: permission denied (not root, no delegation); "
-                      "ask for a delegated cgroup (systemd-run --user -p Delegate=yes --scope ...) "
-                      "or set isolation.cgroups: optional",
+                      "cannot create cgroups in `%.64s`: not root and not delegated (ask for a "
+                      "delegated cgroup: systemd-run --user -p Delegate=yes --scope ..., or set "
+                      "isolation.cgroups: optional)",
                       dir);
     else
         return xmp_error_set(err, e, "cannot create cgroups in `%s`", dir);

@@ -50,10 +50,13 @@ struct xmp_cgroup; /* one logical cgroup, present in every hierarchy of the mode
 int xmp_cgroup_detect(enum xmp_cgroup_mode *mode, struct xmp_error *err);
 
 /* Creates the job cgroup `name` below xmprun's own cgroup in each hierarchy, with the job-level
- * limits, and enables the controllers its children need. On v2, if xmprun's own cgroup holds
- * processes, xmprun first moves itself into a leaf so the "no internal processes" rule holds.
- * Fails with a message that says why (read-only cgroupfs, no delegation, not root) and how to fix.
- */
+ * limits, and enables the controllers its children need (v2: +memory +cpu +pids, and +cpuset
+ * where delegated, in xmprun's own and the job's cgroup.subtree_control). On v2, if xmprun's own
+ * cgroup holds processes, xmprun first moves itself into the leaf `<own>/xmprun-self-<pid>` so
+ * that the "no internal processes" rule holds; that leaf outlives the process (it cannot remove
+ * the cgroup it is in) and `xmprun gc` removes it later, and later jobs are still created in
+ * <own>, not in the leaf. Fails with a message that says why (read-only cgroupfs, no delegation,
+ * not root, missing controllers, named) and how to fix it; errnum keeps the errno. */
 int xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name,
                           const struct xmp_limits *limits, struct xmp_cgroup **out,
                           struct xmp_error *err);
@@ -69,7 +72,9 @@ int xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
 int xmp_cgroup_dirfd(const struct xmp_cgroup *cg);
 
 /* Moves pid into the cgroup in every hierarchy that clone3 did not already place it in
- * (all of them when into_unified is false). Used by the child on itself (pid 0) before exec. */
+ * (all of them when into_unified is false). Used by the child on itself (pid 0) before exec:
+ * it allocates nothing and calls only open/write/close on paths computed at create time (and
+ * xmp_error_set on failure). Writes cgroup.procs, so all threads move, on v1 too. */
 int xmp_cgroup_attach(const struct xmp_cgroup *cg, pid_t pid, bool into_unified,
                       struct xmp_error *err);
 
@@ -92,9 +97,10 @@ const char *xmp_cgroup_path(const struct xmp_cgroup *cg);
  * Safe on NULL. */
 int xmp_cgroup_destroy(struct xmp_cgroup *cg, struct xmp_error *err);
 
-/* Finds job cgroups named "xmprun-*" below xmprun's own cgroup whose owner pid (recorded by the
- * caller in the name) is dead, kills their processes and removes them. is_orphan decides from
- * the directory name. Returns the number removed, or -1. */
+/* Finds the directories named "xmprun-*" below xmprun's own cgroup in every hierarchy (jobs, and
+ * the xmprun-self-<pid> leaves) for which is_orphan(name, data) is true, kills their processes,
+ * waits (bounded) and removes them. Never takes xmprun-self-<getpid()>. Returns the number of
+ * names removed, or -1 (err names the first that could not be removed). */
 int xmp_cgroup_gc(enum xmp_cgroup_mode mode, bool (*is_orphan)(const char *name, void *data),
                   void *data, struct xmp_error *err);
 

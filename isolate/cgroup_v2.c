@@ -21,7 +21,13 @@
 
 /* The controllers a job needs: the first three always (limits of every worker), cpuset when a
  * cpuset is asked for (it is the one delegations most often leave out). */
-static const char *const wanted[] = {"memory", "cpu", "pids", "cpuset"};
+static const struct {
+    const char *name;
+    unsigned bit;
+} wanted[] = {{"memory", XMP_CG_MEMORY},
+              {"cpu", XMP_CG_CPU},
+              {"pids", XMP_CG_PIDS},
+              {"cpuset", XMP_CG_CPUSET}};
 #define N_REQUIRED 3
 
 static void
@@ -125,51 +131,53 @@ enable_controllers(const char *dir, bool allow_move, unsigned *enabled, struct x
     if (xmp_cg_read(dir, "cgroup.controllers", avail, sizeof(avail), err) < 0 ||
         xmp_cg_read(dir, "cgroup.subtree_control", sub, sizeof(sub), err) < 0)
         return -1;
+    /* Name every missing controller before changing anything. */
+    for (size_t i = 0; i < N_REQUIRED; i++)
+        if (!word_in(avail, wanted[i].name))
+            snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), "%s%s",
+                     missing[0] ? ", " : "", wanted[i].name);
+    if (missing[0] != '\0') {
+        xmp_error_set(err, 0,
+                      "cgroup controllers %s are not delegated to `%.64s` (ask for them: systemd "
+                      "Delegate=yes or DelegateControllers=, or set isolation.cgroups: optional)",
+                      missing, dir);
+        if (err != NULL)
+            err->errnum = ENODEV;
+        return -1;
+    }
     *enabled = 0;
     for (size_t i = 0; i < sizeof(wanted) / sizeof(wanted[0]); i++) {
-        if (!word_in(avail, wanted[i])) {
-            if (i < N_REQUIRED)
-                snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), "%s%s",
-                         missing[0] ? ", " : "", wanted[i]);
+        char plus[32];
+        struct xmp_error e = {0};
+
+        if (!word_in(avail, wanted[i].name))
+            continue; /* cpuset: create_child says so if a worker asks for a cpuset */
+        if (word_in(sub, wanted[i].name)) {
+            *enabled |= wanted[i].bit;
             continue;
         }
-        if (!word_in(sub, wanted[i])) {
-            char plus[32];
-            struct xmp_error e = {0};
-            snprintf(plus, sizeof(plus), "+%s", wanted[i]);
-            if (xmp_cg_write(dir, "cgroup.subtree_control", plus, &e) < 0 && e.errnum == EBUSY &&
-                allow_move) {
-                if (move_self_to_leaf(dir, err) < 0)
-                    return xmp_error_wrap(err, "move xmprun out of its own cgroup");
-                allow_move = false;
-                xmp_error_clear(&e);
-                xmp_cg_write(dir, "cgroup.subtree_control", plus, &e);
-            }
-            if (e.errnum == EBUSY)
-                return xmp_error_set(err, EBUSY,
-                                     "cannot enable %s in `%s`: other processes live in that "
-                                     "cgroup (cgroup v2 allows controllers only for cgroups "
-                                     "without processes); start xmprun in a cgroup of its own "
-                                     "(systemd-run --user -p Delegate=yes --scope xmprun ...)",
-                                     wanted[i], dir);
-            if (e.errnum != 0) {
-                if (err != NULL)
-                    *err = e;
-                return -1;
-            }
+        snprintf(plus, sizeof(plus), "+%s", wanted[i].name);
+        if (xmp_cg_write(dir, "cgroup.subtree_control", plus, &e) < 0 && e.errnum == EBUSY &&
+            allow_move) {
+            if (move_self_to_leaf(dir, err) < 0)
+                return xmp_error_wrap(err, "move xmprun out of its own cgroup");
+            allow_move = false;
+            xmp_error_clear(&e);
+            xmp_cg_write(dir, "cgroup.subtree_control", plus, &e);
         }
-        *enabled |= i == 0   ? XMP_CG_MEMORY
-                    : i == 1 ? XMP_CG_CPU
-                    : i == 2 ? XMP_CG_PIDS
-                             : XMP_CG_CPUSET;
+        if (e.errnum == EBUSY)
+            return xmp_error_set(err, EBUSY,
+                                 "cannot enable %s in `%.64s`: other processes are in that "
+                                 "cgroup; start xmprun in a cgroup of its own (systemd-run "
+                                 "--user -p Delegate=yes --scope xmprun ...)",
+                                 wanted[i].name, dir);
+        if (e.errnum != 0) {
+            if (err != NULL)
+                *err = e;
+            return -1;
+        }
+        *enabled |= wanted[i].bit;
     }
-    if (missing[0] != '\0')
-        return xmp_error_set(err, ENODEV,
-                             "the cgroup controllers %s are not available in `%s` (not in its "
-                             "cgroup.controllers); ask for a delegation that includes them "
-                             "(systemd: Delegate=yes, or DelegateControllers=memory cpu pids "
-                             "cpuset) or set isolation.cgroups: optional",
-                             missing, dir);
     return 0;
 }
 

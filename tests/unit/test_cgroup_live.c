@@ -609,14 +609,30 @@ fail(const char *fmt, ...)
     return child_msg;
 }
 
+/* Child side: create_job must fail with errno e1 (or e2) and a message holding both hints. */
 static const char *
-create_read_only(void)
+expect_create_error(const char *what, int e1, int e2, const char *hint1, const char *hint2)
 {
     struct xmp_cgroup *job = NULL;
     struct xmp_limits l;
     struct xmp_error err = {0};
     char name[128];
 
+    xmp_limits_init(&l);
+    job_name(name, sizeof(name), what);
+    if (xmp_cgroup_create_job(MODE, name, &l, &job, &err) == 0) {
+        xmp_cgroup_destroy(job, NULL);
+        return fail("create_job succeeded (%s)", what);
+    }
+    if ((err.errnum != e1 && err.errnum != e2) || strstr(err.msg, hint1) == NULL ||
+        strstr(err.msg, hint2) == NULL)
+        return fail("%s: errnum %d, message: %s", what, err.errnum, err.msg);
+    return NULL;
+}
+
+static const char *
+create_read_only(void)
+{
     /* A private mount namespace in which every cgroup mount is read-only, as in a container
      * started without a writable /sys/fs/cgroup. */
     if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
@@ -624,18 +640,7 @@ create_read_only(void)
     for (size_t i = 0; i < NH; i++)
         if (mount(NULL, H[i].mnt, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
             return "remount read-only failed";
-    xmp_limits_init(&l);
-    job_name(name, sizeof(name), "ro");
-    if (xmp_cgroup_create_job(MODE, name, &l, &job, &err) == 0) {
-        xmp_cgroup_destroy(job, NULL);
-        return "create_job succeeded on a read-only cgroupfs";
-    }
-    fail("errnum %d, message: %s", err.errnum, err.msg);
-    if (err.errnum != EROFS || strstr(err.msg, "read-only") == NULL ||
-        strstr(err.msg, "--cgroupns=private") == NULL ||
-        strstr(err.msg, "isolation.cgroups: optional") == NULL)
-        return child_msg;
-    return NULL;
+    return expect_create_error("ro", EROFS, EROFS, "read-only", "--cgroupns=private");
 }
 
 LIVE_TEST(read_only_cgroupfs_says_what_to_do)
@@ -647,24 +652,10 @@ LIVE_TEST(read_only_cgroupfs_says_what_to_do)
 static const char *
 create_unprivileged(void)
 {
-    struct xmp_cgroup *job = NULL;
-    struct xmp_limits l;
-    struct xmp_error err = {0};
-    char name[128];
-
     if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
         setresuid(65534, 65534, 65534) < 0)
         return "cannot drop to nobody";
-    xmp_limits_init(&l);
-    job_name(name, sizeof(name), "nobody");
-    if (xmp_cgroup_create_job(MODE, name, &l, &job, &err) == 0) {
-        xmp_cgroup_destroy(job, NULL);
-        return "create_job succeeded as nobody";
-    }
-    fail("errnum %d, message: %s", err.errnum, err.msg);
-    if ((err.errnum != EACCES && err.errnum != EPERM) || strstr(err.msg, "Delegate=yes") == NULL)
-        return child_msg;
-    return NULL;
+    return expect_create_error("nobody", EACCES, EPERM, "Delegate=yes", "optional");
 }
 
 LIVE_TEST(no_permission_says_what_to_do)
@@ -805,5 +796,35 @@ LIVE_TEST(v2_moves_itself_into_a_leaf)
     /* The leaf outlives the process that moved there (gc's job); the test removes it. */
     scrub(NEST);
     cr_expect(access(NEST, F_OK) < 0, "cannot remove %s", NEST);
+    assert_clean();
+}
+
+static const char *
+create_without_controllers(void)
+{
+    char path[1300];
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/bare/cgroup.procs", NEST);
+    fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, "0", 1) != 1)
+        return "cannot enter the bare cgroup";
+    close(fd);
+    return expect_create_error("bare", ENODEV, ENODEV, "memory, cpu, pids", "Delegate");
+}
+
+LIVE_TEST(v2_missing_controllers_are_named)
+{
+    char bare[1300];
+
+    if (MODE != XMP_CGROUP_MODE_UNIFIED)
+        cr_skip_test("controller delegation is a cgroup v2 matter");
+    /* nest/bare: nothing enabled in nest's subtree_control, so bare has no controllers. */
+    snprintf(NEST, sizeof(NEST), "%s/xmprun-test-%ld-nest", hier("")->dir, (long)getpid());
+    snprintf(bare, sizeof(bare), "%s/bare", NEST);
+    cr_assert_eq(mkdir(NEST, 0755), 0, "mkdir %s: %s", NEST, strerror(errno));
+    cr_assert_eq(mkdir(bare, 0755), 0, "mkdir %s: %s", bare, strerror(errno));
+    in_child(create_without_controllers);
+    scrub(NEST);
     assert_clean();
 }
