@@ -92,6 +92,8 @@ bool xmp_cg_procs_empty_tree(const char *dir);
 int xmp_cg_rmdir_tree(const char *dir, struct xmp_error *err);
 /* The cgroup2 tracking side (hybrid) and unified helpers (cgroup_v2.c). */
 int xmp_cg2_kill(const char *dir, struct xmp_error *err);
+/* The kill for kernels before 5.14 (no cgroup.kill): cgroup.freeze, SIGKILL each task, thaw. */
+int xmp_cg2_freeze_kill(const char *dir, struct xmp_error *err);
 bool xmp_cg2_is_empty(const char *dir);
 
 #endif

@@ -63,9 +63,27 @@ short_sleep(void)
 }
 
 int
-xmp_cg2_kill(const char *dir, struct xmp_error *err)
+xmp_cg2_freeze_kill(const char *dir, struct xmp_error *err)
 {
     char events[256];
+
+    /* Freeze, so that nothing forks between reading cgroup.procs and the kills, SIGKILL every
+     * task, thaw so that the kills are delivered. */
+    if (xmp_cg_write(dir, "cgroup.freeze", "1", err) < 0)
+        return -1;
+    for (int i = 0; i < 200; i++) {
+        if (xmp_cg_read(dir, "cgroup.events", events, sizeof(events), NULL) == 0 &&
+            xmp_cg_keyed(events, "frozen") == 1)
+            break;
+        short_sleep();
+    }
+    xmp_cg_kill_procs_tree(dir);
+    return xmp_cg_write(dir, "cgroup.freeze", "0", err);
+}
+
+int
+xmp_cg2_kill(const char *dir, struct xmp_error *err)
+{
     struct xmp_error e = {0};
 
     if (xmp_cg_write(dir, "cgroup.kill", "1", &e) == 0)
@@ -77,18 +95,8 @@ xmp_cg2_kill(const char *dir, struct xmp_error *err)
             *err = e;
         return -1;
     }
-    /* Before Linux 5.14 there is no cgroup.kill: freeze, so that nothing forks between reading
-     * cgroup.procs and the kills, SIGKILL every task, thaw so that the kills are delivered. */
-    if (xmp_cg_write(dir, "cgroup.freeze", "1", err) < 0)
-        return -1;
-    for (int i = 0; i < 200; i++) {
-        if (xmp_cg_read(dir, "cgroup.events", events, sizeof(events), NULL) == 0 &&
-            xmp_cg_keyed(events, "frozen") == 1)
-            break;
-        short_sleep();
-    }
-    xmp_cg_kill_procs_tree(dir);
-    return xmp_cg_write(dir, "cgroup.freeze", "0", err);
+    /* Before Linux 5.14 there is no cgroup.kill. */
+    return xmp_cg2_freeze_kill(dir, err);
 }
 
 bool

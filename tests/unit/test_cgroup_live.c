@@ -6,6 +6,7 @@
 #define _GNU_SOURCE /* cpu_set_t macros, pipe2 */
 #endif
 #include "isolate/cgroup.h"
+#include "isolate/cgroup_internal.h" /* the pre-5.14 kill, tested directly */
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -473,6 +474,34 @@ eat_256m(void)
     for (size_t i = 0; i < size; i += 4096)
         p[i] = 1;
     _exit(0);
+}
+
+/* The fallback for kernels without cgroup.kill, run on this kernel's cgroup2 tree. */
+LIVE_TEST(freeze_kill_without_cgroup_kill)
+{
+    struct xmp_cgroup *job, *w0 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128], dir[1300];
+    int status = 0;
+    pid_t pid;
+
+    if (MODE == XMP_CGROUP_MODE_LEGACY)
+        cr_skip_test("no cgroup2 tree in legacy mode");
+    job = make_job("freeze", -1, name, sizeof(name));
+    xmp_limits_init(&l);
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
+    pid = spawn_attached(w0, fork_grandchild);
+    snprintf(dir, sizeof(dir), "%s/%s", hier("")->dir, name);
+    cr_assert_eq(xmp_cg2_freeze_kill(dir, &err), 0, "freeze kill: %s", err.msg);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "status %#x", status);
+    bool empty = false;
+    for (int i = 0; i < 500 && !(empty = xmp_cg2_is_empty(dir)); i++)
+        usleep(10000);
+    cr_expect(empty, "cgroup not empty 5 s after the freeze kill");
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
 }
 
 LIVE_TEST(oom_kill_is_reported)
