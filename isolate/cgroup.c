@@ -198,6 +198,18 @@ too_long:
     return xmp_error_set(err, ENAMETOOLONG, "cgroup name %s", rel);
 }
 
+/* A directory that exists already is a leftover of a job with the same name; refuse it rather
+ * than share it, and so that a failed create never removes what it did not make. */
+static int
+check_absent(const struct xmp_cgroup *cg, struct xmp_error *err)
+{
+    for (size_t i = 0; i < cg->layout->n; i++)
+        if (access(cg->dir[i], F_OK) == 0)
+            return xmp_error_set(
+                err, EEXIST, "cgroup `%s` exists already (left over? see xmprun gc)", cg->dir[i]);
+    return 0;
+}
+
 static void
 free_cgroup(struct xmp_cgroup *cg)
 {
@@ -240,8 +252,13 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
 {
     struct xmp_cg_layout *layout = NULL;
     struct xmp_cgroup *cg = NULL;
+    struct xmp_limits none;
     int ret;
 
+    if (limits == NULL) {
+        xmp_limits_init(&none);
+        limits = &none;
+    }
     if (mode == XMP_CGROUP_MODE_NONE)
         return xmp_error_set(err, EINVAL, "cgroup: mode none");
     if (strchr(name, '/') != NULL || name[0] == '.' || name[0] == '\0')
@@ -270,6 +287,10 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
         return -1;
     }
     cg->owns_layout = true;
+    if (check_absent(cg, err) < 0) {
+        free_cgroup(cg);
+        return -1;
+    }
     if (cg->ops->create(cg, limits, err) < 0) {
         /* A delegation can allow mkdir and still refuse a control file (or the reverse). */
         if (err != NULL &&
@@ -292,8 +313,13 @@ xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
 {
     struct xmp_cgroup *cg = NULL;
     struct xmp_cgroup **nc;
+    struct xmp_limits none;
     char rel[XMP_CG_PATH];
 
+    if (limits == NULL) {
+        xmp_limits_init(&none);
+        limits = &none;
+    }
     if (strchr(name, '/') != NULL || name[0] == '.' || name[0] == '\0')
         return xmp_error_set(err, EINVAL, "cgroup: bad child name \"%s\"", name);
     if (snprintf(rel, sizeof(rel), "%s/%s", parent->rel, name) >= (int)sizeof(rel))
@@ -304,7 +330,7 @@ xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
     parent->children = nc;
     if (new_cgroup(parent->layout, parent, rel, &cg, err) < 0)
         return -1;
-    if (cg->ops->create(cg, limits, err) < 0) {
+    if (check_absent(cg, err) < 0 || cg->ops->create(cg, limits, err) < 0) {
         free_cgroup(cg);
         return xmp_error_wrap(err, "cgroup %s", name);
     }

@@ -22,7 +22,8 @@ enum xmp_cgroup_mode {
 /* "none", "legacy", "hybrid", "unified" (the report's cgroup.mode). */
 const char *xmp_cgroup_mode_name(enum xmp_cgroup_mode mode);
 
-/* Plain values; -1 (or has_cpus false) means "no limit". */
+/* Plain values; -1 (or has_cpus false) means "no limit". The create calls take NULL for "no
+ * limits at all". */
 struct xmp_limits {
     int64_t memory;      /* bytes: memory.max / memory.limit_in_bytes */
     int64_t memory_high; /* bytes: memory.high / memory.soft_limit_in_bytes */

@@ -167,10 +167,8 @@ v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
              * set before the first child exists (recent kernels fix it to 1). */
             char uh[8];
             if (xmp_cg_read(cg->dir[i], "memory.use_hierarchy", uh, sizeof(uh), NULL) == 0 &&
-                uh[0] == '0' && xmp_cg_lc_set(h, cg->rel, "memory.use_hierarchy", "1", err) < 0) {
-                i++;
+                uh[0] == '0' && xmp_cg_lc_set(h, cg->rel, "memory.use_hierarchy", "1", err) < 0)
                 goto fail;
-            }
         }
     }
     if (set_limits(cg, limits, err) < 0)
@@ -184,7 +182,9 @@ v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
     }
     return 0;
 fail:
-    remove_created(cg, i);
+    /* None of the directories existed before (checked by the caller), so removing up to and
+     * including the one that failed is safe. */
+    remove_created(cg, i < lay->n ? i + 1 : lay->n);
     return -1;
 }
 

@@ -262,8 +262,10 @@ v2_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
         return xmp_error_set(err, ENOMEM, "cgroup_new_cgroup");
     ret = cgroup_add_controller(lc, h->lc_ctrl) == NULL ? ECGINVAL : cgroup_create_cgroup(lc, 1);
     cgroup_free(&lc);
-    if (ret != 0)
-        return xmp_cg_lcerror(err, ret, "create cgroup", dir);
+    if (ret != 0) {
+        xmp_cg_lcerror(err, ret, "create cgroup", dir);
+        goto fail;
+    }
     if (cg->parent == NULL) {
         unsigned enabled = 0;
         if (enable_controllers(dir, false, &enabled, err) < 0)

@@ -590,6 +590,14 @@ LIVE_TEST(destroy_null_and_bad_names)
     job = make_job("names", -1, name, sizeof(name));
     cr_expect_eq(xmp_cgroup_create_child(job, "a/b", &l, &c, &err), -1);
     cr_expect_null(c);
+    /* A name in use is refused, and the failed create leaves the existing cgroups alone. */
+    struct xmp_cgroup *again = NULL;
+    cr_expect_eq(xmp_cgroup_create_job(MODE, name, NULL, &again, &err), -1);
+    cr_expect_eq(err.errnum, EEXIST, "%s", err.msg);
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", NULL, &c, &err), 0, "%s", err.msg);
+    cr_expect_eq(xmp_cgroup_create_child(job, "worker-0", NULL, &again, &err), -1);
+    for (size_t i = 0; i < NH; i++)
+        cr_expect(exists_in(H[i].ctrl, name), "%s gone from %s", name, H[i].dir);
     cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
     assert_clean();
 }
