@@ -263,7 +263,8 @@ discover_numa(struct xmp_host *host, struct xmp_error *err)
     closedir(dir);
     if (ret < 0)
         return ret;
-    qsort(host->nodes, host->n_nodes, sizeof(*host->nodes), compare_nodes);
+    if (host->n_nodes > 1)
+        qsort(host->nodes, host->n_nodes, sizeof(*host->nodes), compare_nodes);
     host->numa_nodes = host->n_nodes > 0 ? (int)host->n_nodes : 1;
     return 0;
 }
@@ -532,6 +533,7 @@ discover_gpus_nvml(struct xmp_host *host, struct xmp_error *err)
     for (unsigned int i = 0; i < count; i++) {
         nvml_device h = NULL;
         struct nvml_pci_info pci;
+        char uuid[96] = "";
         struct xmp_device dev;
 
         memset(&dev, 0, sizeof(dev));
@@ -540,8 +542,9 @@ discover_gpus_nvml(struct xmp_host *host, struct xmp_error *err)
         if (api.handle(i, &h) != 0 || api.pci(h, &pci) != 0)
             goto out;
         normalize_pci(pci.bus_id, dev.pci, sizeof(dev.pci));
-        if (api.uuid(h, dev.uuid, sizeof(dev.uuid)) != 0)
-            dev.uuid[0] = '\0';
+        /* NVML wants room for its longest UUID form (96 bytes), more than a GPU UUID needs. */
+        if (api.uuid(h, uuid, sizeof(uuid)) == 0)
+            snprintf(dev.uuid, sizeof(dev.uuid), "%s", uuid);
         if (api.name(h, dev.model, sizeof(dev.model)) != 0)
             dev.model[0] = '\0';
         if (read_pci_locality(host, &dev, err) < 0 || append_device(&devs, &n, &dev, err) < 0) {
@@ -663,8 +666,10 @@ xmp_host_discover(const char *root, struct xmp_host *out, struct xmp_error *err)
     }
     host.ncpus = CPU_COUNT(&host.allowed);
     /* CUDA_DEVICE_ORDER=PCI_BUS_ID numbers GPUs by PCI address; chips are numbered the same way. */
-    qsort(host.gpus, host.n_gpus, sizeof(*host.gpus), compare_pci);
-    qsort(host.tpus, host.n_tpus, sizeof(*host.tpus), compare_pci);
+    if (host.n_gpus > 1)
+        qsort(host.gpus, host.n_gpus, sizeof(*host.gpus), compare_pci);
+    if (host.n_tpus > 1)
+        qsort(host.tpus, host.n_tpus, sizeof(*host.tpus), compare_pci);
     for (size_t i = 0; i < host.n_gpus; i++)
         host.gpus[i].index = (int)i;
     for (size_t i = 0; i < host.n_tpus; i++)

@@ -163,6 +163,16 @@ visible_gpus(const struct xmp_host *host, char *const *environ, struct xmp_plan_
         const char *v = xmp_plan_getenv(environ, names[k]);
         if (v == NULL)
             continue;
+        /* A MIG instance cannot be tied to its GPU without NVML's MIG calls; failing beats
+         * silently finding "no GPU" and running on CPUs. */
+        if (strstr(v, "MIG-") != NULL) {
+            free(all);
+            free(vis);
+            return xmp_error_set(err, 0,
+                                 "%s=%s: MIG devices are not supported; set devices.kind: cpu "
+                                 "or give whole GPUs",
+                                 names[k], v);
+        }
         *n_out = narrow_gpus(all, host->n_gpus, v, vis);
         snprintf(why, why_size, " (narrowed by %s=%s)", names[k], v);
         free(all);

@@ -284,6 +284,8 @@ Test(plan, inherited_uuids_and_cuda_stop_rules)
     }
     s.device_kind = XMP_DEVICE_CUDA;
     build_fails(&s, none, "no cuda device visible (narrowed by CUDA_VISIBLE_DEVICES=)");
+    char *mig[] = {"CUDA_VISIBLE_DEVICES=MIG-5c89852c-d268-c3f3-b3ab-1d7ed7a07e8c", NULL};
+    build_fails(&s, mig, "MIG devices are not supported");
     s.device_kind = XMP_DEVICE_AUTO;
 
     /* Slurm's step allocation wins over the job's. */
