@@ -210,6 +210,48 @@ and_cpus(cpu_set_t *set, const cpu_set_t *with)
     *set = tmp;
 }
 
+/* ---- cores -------------------------------------------------------------------------------- */
+
+/* Hardware threads of one core share its execution units, so cpusets are cut between cores,
+ * never through one. Without topology files (old kernels, small fixtures) core_of stays NULL. */
+static int
+discover_cores(struct xmp_host *host, struct xmp_error *err)
+{
+    int *core_of = NULL;
+
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        char path[4096];
+        char name[64];
+        cpu_set_t siblings;
+
+        if (!CPU_ISSET(c, &host->allowed))
+            continue;
+        snprintf(name, sizeof(name), "cpu%d/topology/thread_siblings_list", c);
+        host_path(host, path, sizeof(path), "/sys/devices/system/cpu/", name);
+        if (access(path, F_OK) != 0)
+            continue;
+        if (core_of == NULL) {
+            core_of = malloc(CPU_SETSIZE * sizeof(*core_of));
+            if (core_of == NULL)
+                return xmp_error_set(err, errno, "malloc");
+            for (int i = 0; i < CPU_SETSIZE; i++)
+                core_of[i] = i;
+        }
+        if (read_cpulist_file(path, &siblings, err) < 0) {
+            free(core_of);
+            return -1;
+        }
+        for (int s = 0; s < CPU_SETSIZE; s++) {
+            if (CPU_ISSET(s, &siblings)) {
+                core_of[c] = s;
+                break;
+            }
+        }
+    }
+    host->core_of = core_of;
+    return 0;
+}
+
 /* ---- NUMA nodes --------------------------------------------------------------------------- */
 
 static int
@@ -659,10 +701,12 @@ xmp_host_discover(const char *root, struct xmp_host *out, struct xmp_error *err)
             host.root[--len] = '\0';
     }
     if (discover_allowed(&host, real, err) < 0 || discover_hostname(&host, real, err) < 0 ||
-        discover_numa(&host, err) < 0 || discover_gpus_procfs(&host, err) < 0 ||
-        (real && discover_gpus_nvml(&host, err) < 0) || discover_tpus(&host, err) < 0) {
+        discover_cores(&host, err) < 0 || discover_numa(&host, err) < 0 ||
+        discover_gpus_procfs(&host, err) < 0 || (real && discover_gpus_nvml(&host, err) < 0) ||
+        discover_tpus(&host, err) < 0) {
+        /* The caller adds "host discovery"; the message already names the file. */
         xmp_host_free(&host);
-        return xmp_error_wrap(err, "host discovery");
+        return -1;
     }
     host.ncpus = CPU_COUNT(&host.allowed);
     /* CUDA_DEVICE_ORDER=PCI_BUS_ID numbers GPUs by PCI address; chips are numbered the same way. */
@@ -686,6 +730,8 @@ xmp_host_free(struct xmp_host *host)
     free(host->gpus);
     free(host->tpus);
     free(host->nodes);
+    free(host->core_of);
+    host->core_of = NULL;
     host->gpus = host->tpus = NULL;
     host->nodes = NULL;
     host->n_gpus = host->n_tpus = host->n_nodes = 0;

@@ -49,7 +49,9 @@ struct xmp_host {
     char hostname[256];
     struct xmp_numa_node *nodes; /* the NUMA nodes found, by id; n_nodes may be 0 */
     size_t n_nodes;
-    bool nvml; /* NVML was loaded and confirmed the GPU list (real root only) */
+    bool nvml;    /* NVML was loaded and confirmed the GPU list (real root only) */
+    int *core_of; /* CPU_SETSIZE entries: the lowest CPU of each allowed CPU's core (its thread
+                   * siblings); NULL when sysfs has no topology */
 };
 
 /* Discovers the host below root (NULL or "" means "/"). For a fixture root, the allowed CPUs come

@@ -240,13 +240,48 @@ pick_ids(const struct xmp_spec *spec, enum xmp_device_kind kind, struct xmp_plan
 
 /* ---- cpusets ------------------------------------------------------------------------------ */
 
-/* Worker j's share of set among k workers. Most hosts number the second hardware thread of
- * each core after all the cores (node0 = "0-59,120-179"), so a set made of equal ranges is
- * split range by range: each worker then gets both threads of its cores instead of one worker
- * getting all first threads and the next all their siblings. Other sets are split as one list.
- * With fewer CPUs than workers, workers share CPUs round-robin so that each has at least one. */
+/* Worker j's share of the n CPUs in cpus[] (ascending) among k workers: contiguous runs of
+ * whole cores when there are at least k cores, so that no core is cut between two workers. */
+static void
+split_by_core(const int *cpus, size_t n, const int *core_of, size_t k, size_t j, cpu_set_t *out)
+{
+    int cores[CPU_SETSIZE];
+    size_t n_cores = 0, q, rem, start, len;
+
+    for (size_t i = 0; i < n; i++) {
+        bool seen = false;
+        for (size_t c = 0; c < n_cores && !seen; c++)
+            seen = cores[c] == core_of[cpus[i]];
+        if (!seen)
+            cores[n_cores++] = core_of[cpus[i]];
+    }
+    if (n_cores < k) {
+        /* Fewer cores than workers: share out threads one by one instead. */
+        q = n / k, rem = n % k;
+        start = j * q + (j < rem ? j : rem);
+        len = q + (j < rem ? 1 : 0);
+        for (size_t i = 0; i < len; i++)
+            CPU_SET(cpus[start + i], out);
+        return;
+    }
+    q = n_cores / k, rem = n_cores % k;
+    start = j * q + (j < rem ? j : rem);
+    len = q + (j < rem ? 1 : 0);
+    for (size_t i = 0; i < n; i++)
+        for (size_t c = start; c < start + len; c++)
+            if (core_of[cpus[i]] == cores[c])
+                CPU_SET(cpus[i], out);
+}
+
+/* Worker j's share of set among k workers. With the host's core topology, whole cores are
+ * handed out. Without it, a set made of equal ranges is split range by range: most hosts
+ * number the second thread of each core after all the cores (node0 = "0-59,120-179"), so each
+ * worker then still gets both threads of its cores instead of one worker getting all first
+ * threads and the next their siblings. With fewer CPUs than workers, workers share CPUs
+ * round-robin so that each has at least one. */
 void
-xmp_plan_split_cpus(const cpu_set_t *set, size_t k, size_t j, cpu_set_t *out)
+xmp_plan_split_cpus(const struct xmp_host *host, const cpu_set_t *set, size_t k, size_t j,
+                    cpu_set_t *out)
 {
     int cpus[CPU_SETSIZE];
     size_t n = 0, n_ranges = 0, range_len;
@@ -263,6 +298,10 @@ xmp_plan_split_cpus(const cpu_set_t *set, size_t k, size_t j, cpu_set_t *out)
         return;
     if (n < k) {
         CPU_SET(cpus[j % n], out);
+        return;
+    }
+    if (host->core_of != NULL) {
+        split_by_core(cpus, n, host->core_of, k, j, out);
         return;
     }
     range_len = n;
@@ -330,7 +369,7 @@ assign_cpusets(const struct xmp_spec *spec, const struct xmp_host *host,
     }
     if (!local) {
         for (size_t i = 0; i < n_workers; i++) {
-            xmp_plan_split_cpus(&host->allowed, n_workers, i, &sets[i]);
+            xmp_plan_split_cpus(host, &host->allowed, n_workers, i, &sets[i]);
             has[i] = CPU_COUNT(&sets[i]) > 0;
         }
         return 0;
@@ -351,7 +390,7 @@ assign_cpusets(const struct xmp_spec *spec, const struct xmp_host *host,
                     j++;
                 k++;
             }
-            xmp_plan_split_cpus(&local_sets[i], k, j, &sets[i]);
+            xmp_plan_split_cpus(host, &local_sets[i], k, j, &sets[i]);
             has[i] = true;
         }
         free(local_sets);

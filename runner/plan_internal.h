@@ -15,8 +15,10 @@ struct xmp_plan_sel {
 /* The value of name in environ, or NULL. */
 const char *xmp_plan_getenv(char *const *environ, const char *name);
 
-/* Worker j's share (of k) of set: contiguous, non-overlapping, >= 1 CPU each. */
-void xmp_plan_split_cpus(const cpu_set_t *set, size_t k, size_t j, cpu_set_t *out);
+/* Worker j's share (of k) of set: non-overlapping, whole cores where the host's topology is
+ * known, >= 1 CPU each. */
+void xmp_plan_split_cpus(const struct xmp_host *host, const cpu_set_t *set, size_t k, size_t j,
+                         cpu_set_t *out);
 
 /* Fills w->env (sorted by name) for worker w, whose devices are sel[w->local_rank * per ...]. */
 int xmp_plan_worker_env(const struct xmp_plan *plan, const struct xmp_host *host,

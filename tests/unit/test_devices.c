@@ -191,6 +191,36 @@ Test(devices, locality_falls_back_to_numa_node)
     free(root);
 }
 
+Test(devices, thread_siblings)
+{
+    char *root = xt_tmpdir();
+    struct xmp_host h;
+    struct xmp_error err = {0};
+    const int want[] = {0, 1, 2, 3, 0, 1, 2, 3};
+
+    /* Four cores, their second threads numbered after them; CPU 6 is offline. */
+    put(root, "sys/devices/system/cpu/online", "0-5,7\n");
+    for (int c = 0; c < 8; c++) {
+        char rel[128], list[32];
+        snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", c);
+        snprintf(list, sizeof(list), "%d,%d\n", c % 4, c % 4 + 4);
+        put(root, rel, list);
+    }
+    cr_assert_eq(xmp_host_discover(root, &h, &err), 0, "%s", err.msg);
+    cr_assert_not_null(h.core_of);
+    for (int c = 0; c < 8; c++)
+        if (c != 6)
+            cr_assert_eq(h.core_of[c], want[c], "cpu %d", c);
+    xmp_host_free(&h);
+
+    /* Without topology files there is no core map. */
+    discover_fixture("cpu-only", &h);
+    cr_assert_null(h.core_of);
+    xmp_host_free(&h);
+    xt_tmpdir_remove(root);
+    free(root);
+}
+
 Test(devices, errors_name_the_file)
 {
     char *root = xt_tmpdir();

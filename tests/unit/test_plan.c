@@ -6,9 +6,11 @@
 #include "runner/plan.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static char *default_command[] = {"python3", "train.py", NULL};
 
@@ -50,6 +52,41 @@ load_host(const char *name)
 
     snprintf(root, sizeof(root), "%s/hosts/%s", xt_fixtures(), name);
     cr_assert_eq(xmp_host_discover(root, &host, &err), 0, "%s", err.msg);
+}
+
+/* mkdir -p of the directory part of root/rel, then writes text there. */
+static void
+put(const char *root, const char *rel, const char *text)
+{
+    char path[4096];
+
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    for (char *p = path + strlen(root) + 1; *p != '\0'; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        cr_assert(mkdir(path, 0755) == 0 || errno == EEXIST, "mkdir %s", path);
+        *p = '/';
+    }
+    free(xt_write_file(root, rel, text));
+}
+
+/* A host of 4 cores with 2 threads each (siblings c and c+4), no accelerators. */
+static char *
+load_smt_host(void)
+{
+    char *root = xt_tmpdir();
+    struct xmp_error err = {0};
+
+    put(root, "sys/devices/system/cpu/online", "0-7\n");
+    for (int c = 0; c < 8; c++) {
+        char rel[128], list[32];
+        snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", c);
+        snprintf(list, sizeof(list), "%d,%d\n", c % 4, c % 4 + 4);
+        put(root, rel, list);
+    }
+    cr_assert_eq(xmp_host_discover(root, &host, &err), 0, "%s", err.msg);
+    return root;
 }
 
 static void
@@ -478,6 +515,42 @@ Test(plan, cpu_kind_on_gpu_host_hides_gpus)
     cr_assert_str_eq(p.workers[0].cpuset, "0-15");
     cr_assert_str_eq(p.workers[1].cpuset, "16-31");
     xmp_plan_free(&p);
+}
+
+/* Cores are never cut between workers when the topology is known. */
+Test(plan, cpusets_keep_cores_whole)
+{
+    struct xmp_spec s;
+    struct xmp_plan p;
+    char *root = load_smt_host();
+
+    spec_defaults(&s);
+    s.workers = 2;
+    build(&s, NULL, &p);
+    cr_assert_eq(p.kind, XMP_DEVICE_CPU);
+    cr_assert_str_eq(p.workers[0].cpuset, "0-1,4-5");
+    cr_assert_str_eq(p.workers[1].cpuset, "2-3,6-7");
+    assert_env(&p.workers[1], "OMP_NUM_THREADS", "4");
+    xmp_plan_free(&p);
+
+    s.workers = 3; /* 4 cores in 3: 2, 1, 1 */
+    build(&s, NULL, &p);
+    cr_assert_str_eq(p.workers[0].cpuset, "0-1,4-5");
+    cr_assert_str_eq(p.workers[1].cpuset, "2,6");
+    cr_assert_str_eq(p.workers[2].cpuset, "3,7");
+    xmp_plan_free(&p);
+
+    s.workers = 0; /* auto: one per CPU, fewer cores than workers: one thread each */
+    build(&s, NULL, &p);
+    cr_assert_eq(p.n_workers, 8);
+    for (int i = 0; i < 8; i++) {
+        char want[4];
+        snprintf(want, sizeof(want), "%d", i);
+        cr_assert_str_eq(p.workers[i].cpuset, want);
+    }
+    xmp_plan_free(&p);
+    xt_tmpdir_remove(root);
+    free(root);
 }
 
 Test(plan, cpuset_none_and_list)
