@@ -412,8 +412,10 @@ resolve_nodes(const struct xmp_spec *spec, char *const *environ, struct xmp_plan
     if (spec->nnodes >= 1) {
         n = spec->nnodes;
     } else if ((v = xmp_plan_getenv(environ, "SLURM_NNODES")) != NULL) {
-        if (env_int("SLURM_NNODES", v, &n, err) < 0 || n < 1)
-            return n < 1 ? xmp_error_set(err, 0, "SLURM_NNODES=\"%s\" must be >= 1", v) : -1;
+        if (env_int("SLURM_NNODES", v, &n, err) < 0)
+            return xmp_error_wrap(err, "distributed.nnodes");
+        if (n < 1)
+            return xmp_error_set(err, 0, "distributed.nnodes: SLURM_NNODES=\"%s\" must be >= 1", v);
     }
     if (spec->node_rank >= 0) {
         r = spec->node_rank;
@@ -641,12 +643,14 @@ fill_job(const struct xmp_spec *spec, char *const *environ, pid_t pid, struct xm
         plan->report_path = strdup(spec->report);
     else if (asprintf(&plan->report_path, "%s.report.json", plan->job_name) < 0)
         plan->report_path = NULL;
+    if (plan->report_path == NULL)
+        return xmp_error_set(err, ENOMEM, "report path");
     if (spec->workdir != NULL)
         plan->workdir = strdup(spec->workdir);
-    else
-        plan->workdir = getcwd(NULL, 0);
-    if (plan->report_path == NULL || plan->workdir == NULL)
-        return xmp_error_set(err, errno ? errno : ENOMEM, "report path / workdir");
+    else if ((plan->workdir = getcwd(NULL, 0)) == NULL)
+        return xmp_error_set(err, errno, "getcwd");
+    if (plan->workdir == NULL)
+        return xmp_error_set(err, ENOMEM, "strdup");
     limits_unlimited(&plan->job_limits);
     plan->job_limits.memory = spec->job_memory;
     return 0;

@@ -686,7 +686,9 @@ Test(plan, slurm_multi_node)
     char *beyond[] = {"SLURM_NNODES=2", "SLURM_NODEID=2", NULL};
     build_fails(&s, beyond, "node rank 2 (from SLURM_NODEID) is not below nnodes 2");
     char *garbage[] = {"SLURM_NNODES=two", NULL};
-    build_fails(&s, garbage, "SLURM_NNODES=\"two\"");
+    build_fails(&s, garbage, "distributed.nnodes: SLURM_NNODES=\"two\" is not a non-negative");
+    char *zero[] = {"SLURM_NNODES=0", NULL};
+    build_fails(&s, zero, "SLURM_NNODES=\"0\" must be >= 1");
 }
 
 Test(plan, kubernetes_and_node_rank_env)
