@@ -130,6 +130,10 @@ int xmp_cgroup_join(const char *mnt, const char *root, const char *path, char *b
  * v2), so that xmprun's own cgroup stays the one it was started in. */
 void xmp_cgroup_own_normalize(char *path);
 
+/* True when name is a leaf "xmprun-self-<pid>" (see xmp_cgroup_create_job), with its pid, so
+ * that gc's is_orphan can tell whether that xmprun still runs. */
+bool xmp_cgroup_self_leaf_pid(const char *name, pid_t *pid);
+
 /* CFS quota in microseconds per 100 ms period for cpus_milli (at least 1000, the kernel's
  * minimum); -1 when cpus_milli < 0 (unlimited). */
 int64_t xmp_cgroup_cfs_quota(int64_t cpus_milli);

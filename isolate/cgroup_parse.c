@@ -221,6 +221,22 @@ xmp_cgroup_own_normalize(char *path)
         *(slash == path ? slash + 1 : slash) = '\0';
 }
 
+bool
+xmp_cgroup_self_leaf_pid(const char *name, pid_t *pid)
+{
+    char *end = NULL;
+    long v;
+
+    if (strncmp(name, "xmprun-self-", 12) != 0 || name[12] < '1' || name[12] > '9')
+        return false;
+    errno = 0;
+    v = strtol(name + 12, &end, 10);
+    if (errno != 0 || *end != '\0' || v <= 0 || v > INT32_MAX)
+        return false;
+    *pid = (pid_t)v;
+    return true;
+}
+
 int64_t
 xmp_cgroup_cfs_quota(int64_t cpus_milli)
 {

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #endif
 #include "isolate/cgroup.h"
+#include "isolate/cgroup_internal.h" /* xmp_cg_keyed */
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -269,4 +270,32 @@ Test(limits, ticks_to_usec)
     cr_expect_eq(xmp_cgroup_ticks_to_usec(250, 100), 2500000);
     cr_expect_eq(xmp_cgroup_ticks_to_usec(1, 300), 3333);
     cr_expect_eq(xmp_cgroup_ticks_to_usec(-1, 100), -1);
+}
+
+Test(own, self_leaf_pid)
+{
+    pid_t pid = 0;
+
+    cr_expect(xmp_cgroup_self_leaf_pid("xmprun-self-4242", &pid));
+    cr_expect_eq(pid, 4242);
+    cr_expect_not(xmp_cgroup_self_leaf_pid("xmprun-self-", &pid));
+    cr_expect_not(xmp_cgroup_self_leaf_pid("xmprun-self-0", &pid));
+    cr_expect_not(xmp_cgroup_self_leaf_pid("xmprun-self-12x", &pid));
+    cr_expect_not(xmp_cgroup_self_leaf_pid("xmprun-self--3", &pid));
+    cr_expect_not(xmp_cgroup_self_leaf_pid("xmprun-self-99999999999", &pid));
+    cr_expect_not(xmp_cgroup_self_leaf_pid("xmprun-job-12", &pid));
+}
+
+Test(keyed, flat_keyed_files)
+{
+    const char *events = "low 0\nhigh 12\nmax 3\noom 2\noom_kill 1\noom_group_kill 0\n";
+    const char *oom_control = "oom_kill_disable 0\nunder_oom 0\noom_kill 7";
+
+    cr_expect_eq(xmp_cg_keyed(events, "oom_kill"), 1);
+    cr_expect_eq(xmp_cg_keyed(events, "oom"), 2); /* a key, not a prefix of another */
+    cr_expect_eq(xmp_cg_keyed(events, "high"), 12);
+    cr_expect_eq(xmp_cg_keyed(oom_control, "oom_kill"), 7);
+    cr_expect_eq(xmp_cg_keyed("populated 0\nfrozen 1\n", "populated"), 0);
+    cr_expect_eq(xmp_cg_keyed("usage_usec 5\nuser_usec 3\n", "system_usec"), -1);
+    cr_expect_eq(xmp_cg_keyed("", "x"), -1);
 }
