@@ -81,12 +81,11 @@ setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
         destroy_cgroups(sv);
         sv->mode = XMP_CGROUP_MODE_NONE;
         if (sv->spec->cgroups == XMP_CGROUPS_REQUIRED)
-            return xmp_error_wrap(err, "cgroups (isolation.cgroups: required; set it to optional "
-                                       "to run without limits)");
+            return -1; /* the cgroup layer's message already says why and what to do */
         if (!xmp_quiet(sv))
             fprintf(stderr,
-                    "xmprun: warning: cannot create cgroups (%s); running without resource "
-                    "limits (isolation.cgroups: optional)\n",
+                    "xmprun: warning: %s; running without resource limits "
+                    "(isolation.cgroups: optional)\n",
                     err->msg);
         snprintf(sv->report.cgroup_note, sizeof(sv->report.cgroup_note),
                  "cgroups unavailable, workers ran without resource limits: %s", err->msg);
@@ -344,10 +343,13 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts)
 
 setup_failed:
     snprintf(sv.report.setup_error, sizeof(sv.report.setup_error), "%s", err.msg);
-    fprintf(stderr, "xmprun: %s\n", err.msg);
+    fprintf(stderr, "xmprun: error: %s\n", err.msg);
     sv.report.n_workers = 0;
 done:
     destroy_cgroups(&sv);
+    /* Destroying the cgroups killed what was left; those were xmprun's children (it is their
+     * subreaper), so reap them rather than leave zombies. */
+    xmp_group_kill_orphans();
     if (sv.state_written)
         xmp_state_remove(sv.state_dir, sv.plan.cgroup_name);
     restore_signals(&sv);
@@ -359,7 +361,7 @@ done:
     path = report_path(&sv, buf, sizeof(buf));
     if (xmp_report_write(&sv.report, path, &err) < 0)
         fprintf(stderr, "xmprun: report: %s\n", err.msg);
-    if (!xmp_quiet(&sv))
+    if (!xmp_quiet(&sv) && sv.report.outcome != XMP_OUTCOME_SETUP_FAILED)
         xmp_report_print_summary(&sv.report, stderr);
     status = sv.report.exit_code;
     cleanup(&sv);
