@@ -570,8 +570,8 @@ write_state(struct xmp_supervisor *sv)
     for (size_t i = 0; i < sv->n_workers; i++)
         pids[i] = sv->workers[i].pid;
     if (xmp_state_write(sv->state_dir, sv->plan.cgroup_name, sv->mode,
-                        sv->job_cg != NULL ? xmp_cgroup_path(sv->job_cg) : NULL, pids,
-                        sv->n_workers, &err) == 0)
+                        sv->job_cg != NULL ? xmp_cgroup_path(sv->job_cg) : NULL, sv->plan.run_dir,
+                        pids, sv->n_workers, &err) == 0)
         sv->state_written = true;
     else if (sv->opts->verbosity > 0)
         fprintf(stderr, "xmprun: warning: state file: %s\n", err.msg);

@@ -51,6 +51,7 @@ struct xmp_supervisor {
     struct xmp_cgroup *job_cg;
     const char *state_dir;
     bool state_written;
+    bool made_run_dir;
     int epfd;
     int sigfd;
     int timerfd;

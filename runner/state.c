@@ -58,7 +58,8 @@ xmp_proc_start_time(pid_t pid, unsigned long long *out)
 
 int
 xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode mode,
-                const char *cgroup_path, const pid_t *pids, size_t n_pids, struct xmp_error *err)
+                const char *cgroup_path, const char *run_dir, const pid_t *pids, size_t n_pids,
+                struct xmp_error *err)
 {
     cleanup_free char *path = NULL;
     cleanup_free char *tmp = NULL;
@@ -76,9 +77,10 @@ xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode m
         json_array_append_new(
             workers, json_pack("{s:i, s:I}", "pid", (int)pids[i], "start_time", (json_int_t)st));
     }
-    doc = json_pack("{s:i, s:I, s:s, s:s, s:s?, s:o}", "pid", (int)getpid(), "start_time",
+    doc = json_pack("{s:i, s:I, s:s, s:s, s:s?, s:s?, s:o}", "pid", (int)getpid(), "start_time",
                     (json_int_t)start, "cgroup_name", cgroup_name, "cgroup_mode",
-                    xmp_cgroup_mode_name(mode), "cgroup_path", cgroup_path, "workers", workers);
+                    xmp_cgroup_mode_name(mode), "cgroup_path", cgroup_path, "run_dir", run_dir,
+                    "workers", workers);
     if (asprintf(&path, "%s/%s.json", dir, cgroup_name) < 0 ||
         asprintf(&tmp, "%s/.%s.json.tmp", dir, cgroup_name) < 0) {
         json_decref(doc);
@@ -183,6 +185,26 @@ push(char ***list, size_t *n, const char *name)
         (*n)++;
 }
 
+/* Removes a dead job's scratch directory and the error files in it (nothing else is put
+ * there, and only a path that looks like one xmprun made is touched). */
+static void
+remove_run_dir(const char *run_dir)
+{
+    DIR *d;
+    struct dirent *de;
+    const char *base = run_dir != NULL ? strrchr(run_dir, '/') : NULL;
+
+    if (base == NULL || strncmp(base + 1, "xmprun-", 7) != 0)
+        return;
+    d = opendir(run_dir);
+    while (d != NULL && (de = readdir(d)) != NULL)
+        if (strncmp(de->d_name, "error-", 6) == 0)
+            unlinkat(dirfd(d), de->d_name, 0);
+    if (d != NULL)
+        closedir(d);
+    rmdir(run_dir);
+}
+
 /* Reads one state file; kills the workers of a dead owner (by pid and start time, never a
  * recycled pid) and records the job as live or dead. */
 static void
@@ -215,6 +237,7 @@ scan_state_file(const char *dir, const char *file, struct gc_ctx *ctx)
             kill((pid_t)wpid, SIGKILL);
         }
     }
+    remove_run_dir(json_string_value(json_object_get(doc, "run_dir")));
     push(&ctx->dead, &ctx->n_dead, cg);
     json_decref(doc);
 }

@@ -18,8 +18,9 @@ const char *xmp_state_dir(char *const *environ);
 int xmp_proc_start_time(pid_t pid, unsigned long long *out);
 
 /* Writes (atomically, replacing) <dir>/<cgroup_name>.json for the current process. */
+/* run_dir (may be NULL) is the job's scratch directory, removed by gc with the files in it. */
 int xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode mode,
-                    const char *cgroup_path, const pid_t *pids, size_t n_pids,
+                    const char *cgroup_path, const char *run_dir, const pid_t *pids, size_t n_pids,
                     struct xmp_error *err);
 void xmp_state_remove(const char *dir, const char *cgroup_name);
 

@@ -176,6 +176,12 @@ setup_workers(struct xmp_supervisor *sv, struct xmp_error *err)
         if (w->pw->cpuset[0] != '\0' && xmp_cpulist_parse(w->pw->cpuset, &w->cpus, &e) == 0)
             w->has_cpus = true;
     }
+    /* The scratch directory for the workers' TORCHELASTIC_ERROR_FILEs, private to the job. */
+    if (sv->plan.run_dir != NULL) {
+        if (mkdir(sv->plan.run_dir, 0700) < 0 && errno != EEXIST)
+            return xmp_error_set(err, errno, "mkdir `%s`", sv->plan.run_dir);
+        sv->made_run_dir = true;
+    }
     if (sv->spec->log_dir != NULL && mkdir(sv->spec->log_dir, 0755) < 0 && errno != EEXIST)
         return xmp_error_set(err, errno, "logs.dir: mkdir `%s`", sv->spec->log_dir);
     return 0;
@@ -283,8 +289,25 @@ report_path(struct xmp_supervisor *sv, char *buf, size_t size)
 }
 
 static void
+remove_run_dir(struct xmp_supervisor *sv)
+{
+    size_t len;
+
+    if (!sv->made_run_dir)
+        return;
+    len = strlen(sv->plan.run_dir);
+    for (size_t i = 0; i < sv->plan.n_workers; i++) {
+        const char *f = sv->plan.workers[i].error_file;
+        if (f != NULL && strncmp(f, sv->plan.run_dir, len) == 0 && f[len] == '/')
+            unlink(f);
+    }
+    rmdir(sv->plan.run_dir);
+}
+
+static void
 cleanup(struct xmp_supervisor *sv)
 {
+    remove_run_dir(sv);
     for (size_t i = 0; i < sv->n_workers; i++) {
         struct worker *w = &sv->workers[i];
         if (w->pidfd >= 0)
