@@ -10,25 +10,26 @@
 #include <jansson.h>
 
 struct xmp_plan_worker {
-    int rank;       /* global: node_rank * local_world_size + local_rank */
+    int rank; /* global: node_rank * local_world_size + local_rank */
     int local_rank;
     char **devices; /* NULL-terminated: "cuda:3", "tpu:1", "cpu" */
     size_t n_devices;
-    char cpuset[1024];       /* Linux list format; "" when no cpuset applies */
+    char cpuset[1024]; /* Linux list format; "" when no cpuset applies */
     struct xmp_limits limits;
-    struct xmp_env_var *env; /* every variable xmprun sets (spec env included), not inherited ones */
+    struct xmp_env_var
+        *env; /* every variable xmprun sets (spec env included), not inherited ones */
     size_t env_len;
-    char **argv;             /* NULL-terminated */
-    char *stdout_path;       /* NULL unless logs.dir is set */
+    char **argv;       /* NULL-terminated */
+    char *stdout_path; /* NULL unless logs.dir is set */
     char *stderr_path;
-    char *error_file;        /* TORCHELASTIC_ERROR_FILE */
+    char *error_file; /* TORCHELASTIC_ERROR_FILE */
 };
 
 struct xmp_plan {
     const struct xmp_spec *spec; /* borrowed */
     char *job_name;
-    char *job_id;            /* "<pid>-<6 hex>": the pid of the xmprun that owns the job */
-    char *cgroup_name;       /* "xmprun-<name>-<id>" */
+    char *job_id;      /* "<pid>-<6 hex>": the pid of the xmprun that owns the job */
+    char *cgroup_name; /* "xmprun-<name>-<id>" */
     enum xmp_device_kind kind;
     int world_size;
     int local_world_size;
@@ -38,7 +39,7 @@ struct xmp_plan {
     int master_port;
     char *workdir;
     char *report_path;
-    char *run_dir;           /* per-job scratch directory (error files); under $TMPDIR or /tmp */
+    char *run_dir; /* per-job scratch directory (error files); under $TMPDIR or /tmp */
     struct xmp_limits job_limits;
     struct xmp_plan_worker *workers;
     size_t n_workers;
@@ -58,6 +59,11 @@ json_t *xmp_plan_to_json(const struct xmp_plan *plan, const struct xmp_host *hos
 char **xmp_plan_worker_environ(const struct xmp_plan *plan, const struct xmp_plan_worker *w,
                                char *const *environ);
 void xmp_strv_free(char **v);
+
+/* True for the variables only xmprun sets (rank/world, MASTER_*, PJRT_LOCAL_PROCESS_*, XMPRUN_*):
+ * a spec's env may not set them. The spec parser can use it for a positioned error; the plan
+ * refuses them too. */
+bool xmp_plan_env_reserved(const char *name);
 
 /* Expands a Slurm hostlist ("gpu[01-04,07],login1") into a NULL-terminated vector. */
 int xmp_hostlist_expand(const char *text, char ***out, struct xmp_error *err);

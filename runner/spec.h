@@ -30,9 +30,19 @@ struct xmp_diags {
 enum xmp_cpuset_mode { XMP_CPUSET_AUTO = 0, XMP_CPUSET_NONE, XMP_CPUSET_LIST };
 enum xmp_start_mode { XMP_START_EXEC = 0, XMP_START_FORK };
 enum xmp_cgroups_policy { XMP_CGROUPS_REQUIRED = 0, XMP_CGROUPS_OPTIONAL, XMP_CGROUPS_OFF };
-enum xmp_seccomp_mode { XMP_SECCOMP_DEFAULT = 0, XMP_SECCOMP_STRICT, XMP_SECCOMP_OFF, XMP_SECCOMP_PROFILE };
+enum xmp_seccomp_mode {
+    XMP_SECCOMP_DEFAULT = 0,
+    XMP_SECCOMP_STRICT,
+    XMP_SECCOMP_OFF,
+    XMP_SECCOMP_PROFILE
+};
 enum xmp_failure_action { XMP_FAILURE_KILL_ALL = 0, XMP_FAILURE_CONTINUE };
-enum xmp_console_mode { XMP_CONSOLE_PREFIX = 0, XMP_CONSOLE_RAW, XMP_CONSOLE_RANK0, XMP_CONSOLE_NONE };
+enum xmp_console_mode {
+    XMP_CONSOLE_PREFIX = 0,
+    XMP_CONSOLE_RAW,
+    XMP_CONSOLE_RANK0,
+    XMP_CONSOLE_NONE
+};
 
 struct xmp_env_var {
     char *name;
@@ -46,24 +56,24 @@ struct xmp_worker_resources {
     int64_t swap;        /* bytes */
     int64_t cpus_milli;  /* CPU quota in thousandths of a CPU: 4 -> 4000, "500m" -> 500 */
     enum xmp_cpuset_mode cpuset_mode;
-    char *cpuset;        /* XMP_CPUSET_LIST: the list as written, validated */
+    char *cpuset; /* XMP_CPUSET_LIST: the list as written, validated */
     int64_t pids;
 };
 
 struct xmp_spec {
-    char file[256];      /* the spec's path as given, or "<command line>" for -n N -- CMD */
+    char file[256]; /* the spec's path as given, or "<command line>" for -n N -- CMD */
     int version;
     char *name;
-    char **command;      /* NULL-terminated argv; a string command becomes {"/bin/sh", "-c", s} */
+    char **command; /* NULL-terminated argv; a string command becomes {"/bin/sh", "-c", s} */
     size_t command_len;
-    bool command_shell;  /* command was one string */
-    char *workdir;       /* absolute, resolved against xmprun's cwd */
+    bool command_shell; /* command was one string */
+    char *workdir;      /* absolute, resolved against xmprun's cwd */
     struct xmp_env_var *env;
     size_t env_len;
     bool inherit_env;
-    long workers;        /* 0 = auto */
+    long workers; /* 0 = auto */
     enum xmp_device_kind device_kind;
-    char **device_ids;   /* NULL-terminated; NULL = all */
+    char **device_ids; /* NULL-terminated; NULL = all */
     size_t device_ids_len;
     long per_worker;
     struct xmp_worker_resources worker;
@@ -77,14 +87,14 @@ struct xmp_spec {
     enum xmp_failure_action on_failure;
     int64_t grace_ms;
     long restarts;
-    int64_t timeout_ms;  /* 0 = none */
+    int64_t timeout_ms; /* 0 = none */
     enum xmp_console_mode console;
-    char *log_dir;       /* NULL = none */
+    char *log_dir; /* NULL = none */
     long log_tail;
-    char *report;        /* NULL = "<name>.report.json" in the current directory */
-    long nnodes;         /* -1 = auto */
-    long node_rank;      /* -1 = auto */
-    char *master_addr;   /* NULL = auto */
+    char *report;      /* NULL = "<name>.report.json" in the current directory */
+    long nnodes;       /* -1 = auto */
+    long node_rank;    /* -1 = auto */
+    char *master_addr; /* NULL = auto */
     long master_port;
 };
 
@@ -93,14 +103,14 @@ struct xmp_spec {
  * applied after the file and validated with the same rules and the same error quality. */
 struct xmp_spec_source {
     const char *path;
-    const char *text;    /* optional: the file's contents already in memory (tests, fuzzing) */
+    const char *text; /* optional: the file's contents already in memory (tests, fuzzing) */
     size_t text_len;
-    char *const *argv;   /* spec-less form: the command */
+    char *const *argv; /* spec-less form: the command */
     size_t argc;
-    long workers;        /* -n N, or 0 when not given */
+    long workers; /* -n N, or 0 when not given */
     char *const *sets;
     size_t n_sets;
-    const char *cwd;     /* for relative workdir; NULL = getcwd() */
+    const char *cwd; /* for relative workdir; NULL = getcwd() */
 };
 
 /* Parses and validates. On success returns 0 and fills *out. On any error returns -1 with every

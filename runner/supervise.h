@@ -6,9 +6,9 @@
 #include "runner/spec.h"
 
 struct xmp_run_options {
-    int verbosity;          /* -1 with -q, 0 default, 1 with -v */
-    const char *report;     /* --report PATH, or NULL for the spec's / the default */
-    char *const *environ;   /* xmprun's environment */
+    int verbosity;        /* -1 with -q, 0 default, 1 with -v */
+    const char *report;   /* --report PATH, or NULL for the spec's / the default */
+    char *const *environ; /* xmprun's environment */
 };
 
 /* Runs the job end to end and returns xmprun's exit status (SPEC.md section 5): 0, the root

@@ -1,1 +1,286 @@
-int main(void) { return 0; }
+/* probe: one multi-call worker for the e2e tests (crun's tests/init.c, libuv's spawn helpers).
+ * Each subcommand does one observable thing: exit with a code, sleep, allocate and touch memory,
+ * fork without end, leave a setsid() grandchild behind, print its cgroup, limits, environment or
+ * affinity, flood its output, die by a signal, or write a TORCHELASTIC_ERROR_FILE. Subcommands
+ * can be chained with "--": `probe pidfile F -- sleep 30`. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void
+usage(void)
+{
+    fputs("usage: probe exit N | sleep S | alloc MiB | forkbomb | setsid-orphan [PIDFILE] | "
+          "ignore-term | cgroup | limits | env NAME... | affinity | flood N | signal NAME | "
+          "errorfile | pidfile PATH [-- CMD...]\n",
+          stderr);
+    exit(64);
+}
+
+static void
+sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+static void
+print_file(const char *label, const char *path)
+{
+    char buf[4096];
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    if (fgets(buf, sizeof(buf), f) != NULL) {
+        buf[strcspn(buf, "\n")] = '\0';
+        printf("%s=%s\n", label, buf);
+    }
+    fclose(f);
+}
+
+/* Prints the limit files of the cgroups this process is in, v1 and v2 names alike:
+ * "memory.max=1073741824". */
+static int
+do_limits(void)
+{
+    static const char *const files[] = {"memory.max",       "memory.limit_in_bytes",
+                                        "memory.high",      "memory.soft_limit_in_bytes",
+                                        "memory.swap.max",  "memory.memsw.limit_in_bytes",
+                                        "pids.max",         "cpu.max",
+                                        "cpu.cfs_quota_us", "cpu.cfs_period_us",
+                                        "cpuset.cpus",      "cpuset.cpus.effective"};
+    char line[4096];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+
+    if (f == NULL)
+        return 1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *ctrls = strchr(line, ':'), *path;
+        char dir[4096], file[4352];
+        if (ctrls == NULL)
+            continue;
+        ctrls++;
+        path = strchr(ctrls, ':');
+        if (path == NULL)
+            continue;
+        *path++ = '\0';
+        path[strcspn(path, "\n")] = '\0';
+        if (ctrls[0] == '\0')
+            snprintf(dir, sizeof(dir), "/sys/fs/cgroup/unified%s", path);
+        else if (strncmp(ctrls, "name=", 5) == 0)
+            continue;
+        else
+            snprintf(dir, sizeof(dir), "/sys/fs/cgroup/%s%s", strtok(ctrls, ","), path);
+        if (ctrls[0] == '\0' && access("/sys/fs/cgroup/unified", F_OK) != 0)
+            snprintf(dir, sizeof(dir), "/sys/fs/cgroup%s", path);
+        for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+            snprintf(file, sizeof(file), "%s/%s", dir, files[i]);
+            print_file(files[i], file);
+        }
+    }
+    fclose(f);
+    return 0;
+}
+
+static int
+do_forkbomb(void)
+{
+    long forks = 0, failures = 0;
+    /* Children only sleep, so that the bomb is bounded by pids.max, not by CPU time. */
+    for (int i = 0; i < 100000 && failures < 200; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            sleep_s(60);
+            _exit(0);
+        }
+        if (pid < 0)
+            failures++;
+        else
+            forks++;
+    }
+    printf("forks=%ld failures=%ld\n", forks, failures);
+    fflush(stdout);
+    return failures > 0 ? 0 : 1;
+}
+
+/* A grandchild that leaves the process group (setsid) and ignores SIGTERM: only a cgroup kill
+ * (or the subreaper) gets it. Its pid is written to pidfile so the test can check it is gone. */
+static int
+do_setsid_orphan(const char *pidfile, bool wait_child)
+{
+    int p[2];
+    pid_t child;
+
+    if (pipe(p) < 0)
+        return 1;
+    child = fork();
+    if (child == 0) {
+        setsid();
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);
+        if (fork() != 0)
+            _exit(0); /* the grandchild is reparented to the subreaper */
+        if (pidfile != NULL) {
+            FILE *f = fopen(pidfile, "w");
+            if (f != NULL) {
+                fprintf(f, "%d\n", getpid());
+                fclose(f);
+            }
+        }
+        write(p[1], "x", 1);
+        for (;;)
+            pause();
+    }
+    close(p[1]);
+    char c;
+    read(p[0], &c, 1);
+    waitpid(child, NULL, 0);
+    printf("orphan ready\n");
+    fflush(stdout);
+    if (wait_child)
+        sleep_s(60);
+    return 0;
+}
+
+static int
+run(int argc, char **argv)
+{
+    const char *cmd;
+
+    if (argc < 1)
+        usage();
+    cmd = argv[0];
+    if (strcmp(cmd, "exit") == 0 && argc >= 2)
+        return atoi(argv[1]);
+    if (strcmp(cmd, "sleep") == 0 && argc >= 2) {
+        sleep_s(atof(argv[1]));
+        return 0;
+    }
+    if (strcmp(cmd, "alloc") == 0 && argc >= 2) {
+        size_t mib = (size_t)atol(argv[1]);
+        for (size_t i = 0; i < mib; i++) {
+            char *p = malloc(1 << 20);
+            if (p == NULL)
+                return 3;
+            memset(p, 0x5a, 1 << 20);
+        }
+        printf("allocated %zu MiB\n", mib);
+        fflush(stdout);
+        sleep_s(argc >= 3 ? atof(argv[2]) : 30);
+        return 0;
+    }
+    if (strcmp(cmd, "forkbomb") == 0)
+        return do_forkbomb();
+    if (strcmp(cmd, "setsid-orphan") == 0)
+        return do_setsid_orphan(argc >= 2 ? argv[1] : NULL, argc >= 3 && !strcmp(argv[2], "wait"));
+    if (strcmp(cmd, "ignore-term") == 0) {
+        signal(SIGTERM, SIG_IGN);
+        printf("ignoring SIGTERM\n");
+        fflush(stdout);
+        sleep_s(argc >= 2 ? atof(argv[1]) : 60);
+        return 0;
+    }
+    if (strcmp(cmd, "cgroup") == 0) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = fopen("/proc/self/cgroup", "r");
+        if (f == NULL)
+            return 1;
+        while (getline(&text, &len, f) > 0)
+            fputs(text, stdout);
+        free(text);
+        fclose(f);
+        return 0;
+    }
+    if (strcmp(cmd, "limits") == 0)
+        return do_limits();
+    if (strcmp(cmd, "env") == 0) {
+        for (int i = 1; i < argc; i++) {
+            const char *v = getenv(argv[i]);
+            printf("%s=%s\n", argv[i], v != NULL ? v : "<unset>");
+        }
+        return 0;
+    }
+    if (strcmp(cmd, "affinity") == 0) {
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof(set), &set) < 0)
+            return 1;
+        printf("affinity=");
+        for (int c = 0, first = 1; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set)) {
+                printf("%s%d", first ? "" : ",", c);
+                first = 0;
+            }
+        printf("\n");
+        return 0;
+    }
+    if (strcmp(cmd, "flood") == 0 && argc >= 2) {
+        long n = atol(argv[1]);
+        for (long i = 0; i < n; i++) {
+            printf("line %ld of %ld: the quick brown fox jumps over the lazy dog\n", i, n);
+            if (i % 10 == 0)
+                fprintf(stderr, "err %ld\n", i);
+        }
+        return 0;
+    }
+    if (strcmp(cmd, "signal") == 0 && argc >= 2) {
+        const char *name = argv[1];
+        if (strncmp(name, "SIG", 3) == 0)
+            name += 3;
+        for (int s = 1; s < NSIG; s++) {
+            const char *abbrev = sigabbrev_np(s);
+            if (abbrev != NULL && strcmp(abbrev, name) == 0) {
+                signal(s, SIG_DFL);
+                fflush(stdout);
+                kill(getpid(), s);
+                sleep_s(5);
+                return 1;
+            }
+        }
+        usage();
+    }
+    if (strcmp(cmd, "errorfile") == 0) {
+        const char *path = getenv("TORCHELASTIC_ERROR_FILE");
+        FILE *f = path != NULL ? fopen(path, "w") : NULL;
+        if (f == NULL)
+            return 2;
+        fprintf(f,
+                "{\"message\": {\"message\": \"RuntimeError: probe failed on purpose\", "
+                "\"extraInfo\": {\"timestamp\": \"%ld\"}}}\n",
+                (long)time(NULL));
+        fclose(f);
+        fprintf(stderr, "RuntimeError: probe failed on purpose\n");
+        return 1;
+    }
+    if (strcmp(cmd, "pidfile") == 0 && argc >= 2) {
+        FILE *f = fopen(argv[1], "w");
+        if (f != NULL) {
+            fprintf(f, "%d\n", getpid());
+            fclose(f);
+        }
+        if (argc >= 4 && strcmp(argv[2], "--") == 0)
+            return run(argc - 3, argv + 3);
+        return 0;
+    }
+    usage();
+    return 64;
+}
+
+int
+main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    return run(argc - 1, argv + 1);
+}

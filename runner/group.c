@@ -1,0 +1,626 @@
+/* One run of the worker group: spawning every worker into its cgroup, then one epoll loop over
+ * the signalfd, a pidfd per worker, their output pipes and a timerfd for the job deadline and the
+ * kill grace, with kill-all, signal forwarding and reaping (also of orphans, as a subreaper). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "runner/group.h"
+
+#include "isolate/cleanup.h"
+#include "runner/spawn.h"
+#include "runner/state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+/* One read per stream per wakeup is capped, so that a worker flooding its output cannot starve
+ * the signalfd, the other workers or the deadline. */
+#define READ_BUDGET (64 * 1024)
+/* At the end of a run, what is still buffered in a pipe is drained up to this much. */
+#define FINAL_DRAIN (4 * 1024 * 1024)
+
+static int
+ep_add(struct xmp_supervisor *sv, int fd, enum ev_kind kind, size_t index)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = ((uint64_t)kind << 32) | index};
+    return epoll_ctl(sv->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static void
+ep_del(struct xmp_supervisor *sv, int fd)
+{
+    if (fd >= 0)
+        epoll_ctl(sv->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+/* The timerfd always holds the next deadline: the job timeout or the end of the kill grace. */
+static void
+arm_timer(struct xmp_supervisor *sv)
+{
+    int64_t next = 0;
+    struct itimerspec its = {0};
+
+    if (sv->deadline_ns > 0 && !sv->report.timed_out)
+        next = sv->deadline_ns;
+    if (sv->kill_at_ns > 0 && (next == 0 || sv->kill_at_ns < next))
+        next = sv->kill_at_ns;
+    if (next > 0) {
+        its.it_value.tv_sec = next / 1000000000;
+        its.it_value.tv_nsec = next % 1000000000;
+    }
+    timerfd_settime(sv->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+/* Sends sig to every process of the worker: its process group (what it forked without setsid)
+ * and, where the cgroup2 directory is at hand, every process listed in its cgroup. */
+static void
+signal_worker(struct worker *w, int sig)
+{
+    int dirfd = w->cg != NULL ? xmp_cgroup_dirfd(w->cg) : -1;
+
+    if (w->running && w->pid > 0) {
+        kill(-w->pid, sig);
+        kill(w->pid, sig);
+    }
+    if (dirfd >= 0) {
+        int fd = openat(dirfd, "cgroup.procs", O_RDONLY | O_CLOEXEC);
+        FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+        int pid;
+        while (f != NULL && fscanf(f, "%d", &pid) == 1)
+            if (pid > 1 && pid != getpid())
+                kill(pid, sig);
+        if (f != NULL)
+            fclose(f);
+        else if (fd >= 0)
+            close(fd);
+    }
+}
+
+static void
+kill_all_now(struct xmp_supervisor *sv)
+{
+    struct xmp_error err = {0};
+
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct worker *w = &sv->workers[i];
+        /* cgroup.kill (or freeze, kill, thaw) also gets the grandchildren that called setsid()
+         * or ignore SIGTERM, which the process group misses. */
+        if (w->cg != NULL && xmp_cgroup_kill(w->cg, &err) < 0 && !xmp_quiet(sv))
+            fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank, err.msg);
+        signal_worker(w, SIGKILL);
+    }
+    sv->kill_at_ns = 0;
+    arm_timer(sv);
+}
+
+static void
+stop_all(struct xmp_supervisor *sv, enum stop_reason reason, int sig)
+{
+    if (sv->stopping == STOP_NONE)
+        sv->stopping = reason;
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct worker *w = &sv->workers[i];
+        if (!w->running)
+            continue;
+        w->stop_sent = true;
+        signal_worker(w, sig);
+    }
+    if (sv->kill_at_ns == 0)
+        sv->kill_at_ns = xmp_now_ns() + (sv->spec->grace_ms > 0 ? sv->spec->grace_ms : 0) * 1000000;
+    arm_timer(sv);
+}
+
+static void
+on_worker_failure(struct xmp_supervisor *sv)
+{
+    if (sv->stopping != STOP_NONE || sv->spec->on_failure != XMP_FAILURE_KILL_ALL)
+        return;
+    stop_all(sv, STOP_FAILURE, SIGTERM);
+}
+
+static void
+close_stream(struct xmp_supervisor *sv, struct xmp_stream *s)
+{
+    ep_del(sv, s->fd);
+    xmp_stream_close(s);
+}
+
+static void
+finish_worker(struct xmp_supervisor *sv, struct worker *w, const siginfo_t *si)
+{
+    struct xmp_worker_report *rep = w->rep;
+    struct xmp_cgroup_stats st = {-1, -1, -1, -1};
+    struct xmp_error err = {0};
+    struct rusage ru;
+
+    xmp_now_real(&rep->ended_at);
+    rep->ended_mono_ns = xmp_now_ns();
+    if (si->si_code == CLD_EXITED) {
+        rep->exit_code = si->si_status;
+    } else {
+        rep->signal = si->si_status;
+        rep->exit_code = -1;
+    }
+    /* CPU time: the cgroup's counters include everything the worker forked; without a cgroup
+     * the growth of RUSAGE_CHILDREN across this reap is the worker and its reaped children. */
+    if (getrusage(RUSAGE_CHILDREN, &ru) == 0) {
+        rep->user_s = (double)(ru.ru_utime.tv_sec - w->ru_base.ru_utime.tv_sec) +
+                      (double)(ru.ru_utime.tv_usec - w->ru_base.ru_utime.tv_usec) / 1e6;
+        rep->system_s = (double)(ru.ru_stime.tv_sec - w->ru_base.ru_stime.tv_sec) +
+                        (double)(ru.ru_stime.tv_usec - w->ru_base.ru_stime.tv_usec) / 1e6;
+    }
+    if (w->cg != NULL && xmp_cgroup_read_stats(w->cg, &st, &err) == 0) {
+        rep->memory_peak = st.memory_peak;
+        rep->oom_kills = st.oom_kills >= 0 ? st.oom_kills - w->oom_base : -1;
+        if (st.user_usec >= 0)
+            rep->user_s = (double)st.user_usec / 1e6;
+        if (st.system_usec >= 0)
+            rep->system_s = (double)st.system_usec / 1e6;
+    }
+    if (rep->user_s < 0)
+        rep->user_s = 0;
+    if (rep->system_s < 0)
+        rep->system_s = 0;
+
+    if (w->start_failed)
+        rep->state = XMP_WORKER_FAILED_TO_START;
+    else if (rep->signal == SIGKILL && rep->oom_kills > 0)
+        rep->state = XMP_WORKER_OOM_KILLED;
+    else if (w->stop_sent)
+        rep->state =
+            sv->stopping == STOP_TIMEOUT ? XMP_WORKER_TIMEOUT : XMP_WORKER_STOPPED_BY_XMPRUN;
+    else if (rep->signal > 0)
+        rep->state = XMP_WORKER_SIGNALED;
+    else
+        rep->state = XMP_WORKER_EXITED;
+
+    if (w->pw->error_file != NULL && access(w->pw->error_file, F_OK) == 0)
+        rep->error_file = json_load_file(w->pw->error_file, 0, NULL);
+
+    ep_del(sv, w->pidfd);
+    if (w->pidfd >= 0)
+        close(w->pidfd);
+    w->pidfd = -1;
+    w->running = false;
+    sv->n_running--;
+    if (sv->opts != NULL && sv->opts->verbosity > 0) {
+        char msg[512];
+        xmp_worker_describe(rep, msg, sizeof(msg));
+        fprintf(stderr, "xmprun: %s\n", msg);
+    }
+    if (xmp_worker_failed(rep))
+        on_worker_failure(sv);
+}
+
+/* Reaps the worker if it has exited; its status is taken through the pidfd so that a recycled
+ * pid can never be confused with it. */
+static void
+try_reap(struct xmp_supervisor *sv, struct worker *w)
+{
+    siginfo_t si;
+    int ret;
+
+    if (!w->running)
+        return;
+    memset(&si, 0, sizeof(si));
+    do {
+        if (w->pidfd >= 0)
+            ret = waitid((idtype_t)P_PIDFD, (id_t)w->pidfd, &si, WEXITED | WNOHANG);
+        else
+            ret = waitid(P_PID, (id_t)w->pid, &si, WEXITED | WNOHANG);
+    } while (ret < 0 && errno == EINTR);
+    if (ret == 0 && si.si_pid != 0)
+        finish_worker(sv, w, &si);
+}
+
+/* On SIGCHLD: reap workers, then every other child. As a subreaper (and as PID 1) xmprun
+ * inherits orphaned grandchildren; peeking with WNOWAIT first keeps a worker's status from being
+ * swallowed by the catch-all reap. */
+static void
+reap_children(struct xmp_supervisor *sv)
+{
+    for (size_t i = 0; i < sv->n_workers; i++)
+        try_reap(sv, &sv->workers[i]);
+    for (;;) {
+        siginfo_t si;
+        bool worker = false;
+
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+            return;
+        for (size_t i = 0; i < sv->n_workers; i++) {
+            struct worker *w = &sv->workers[i];
+            if (w->running && w->pid == si.si_pid) {
+                try_reap(sv, w);
+                worker = true;
+            }
+        }
+        if (!worker)
+            waitpid(si.si_pid, NULL, WNOHANG);
+    }
+}
+
+static void
+on_signal(struct xmp_supervisor *sv)
+{
+    struct signalfd_siginfo fsi;
+
+    while (read(sv->sigfd, &fsi, sizeof(fsi)) == (ssize_t)sizeof(fsi)) {
+        int sig = (int)fsi.ssi_signo;
+
+        if (sig == SIGCHLD) {
+            reap_children(sv);
+            continue;
+        }
+        /* Forward to every worker's process group, as a terminal would to a foreground job. */
+        for (size_t i = 0; i < sv->n_workers; i++)
+            if (sv->workers[i].running && sv->workers[i].pid > 0)
+                kill(-sv->workers[i].pid, sig);
+        if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP)
+            continue;
+        if (sv->report.interrupt_signal == 0) {
+            sv->report.interrupt_signal = sig;
+            sv->report.interrupt_mono_ns = xmp_now_ns();
+            for (size_t i = 0; i < sv->n_workers; i++)
+                if (sv->workers[i].running)
+                    sv->workers[i].stop_sent = true;
+            if (sv->stopping == STOP_NONE)
+                sv->stopping = STOP_INTERRUPT;
+            if (sv->kill_at_ns == 0)
+                sv->kill_at_ns = xmp_now_ns() + sv->spec->grace_ms * 1000000;
+            arm_timer(sv);
+        } else {
+            /* A second ^C means "now". */
+            kill_all_now(sv);
+        }
+    }
+}
+
+static void
+on_timer(struct xmp_supervisor *sv)
+{
+    uint64_t expirations;
+    int64_t now = xmp_now_ns();
+
+    if (read(sv->timerfd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
+        return;
+    if (sv->deadline_ns > 0 && !sv->report.timed_out && now >= sv->deadline_ns) {
+        sv->report.timed_out = true;
+        sv->report.timeout_mono_ns = now;
+        if (sv->stopping == STOP_NONE || sv->stopping == STOP_FAILURE) {
+            /* Workers that end from here on were stopped by the deadline. */
+            if (sv->stopping == STOP_NONE)
+                stop_all(sv, STOP_TIMEOUT, SIGTERM);
+        }
+    }
+    if (sv->kill_at_ns > 0 && now >= sv->kill_at_ns)
+        kill_all_now(sv);
+    arm_timer(sv);
+}
+
+static void
+on_stream(struct xmp_supervisor *sv, struct xmp_stream *s)
+{
+    if (xmp_stream_read(s, READ_BUDGET) != 0)
+        close_stream(sv, s);
+}
+
+/* The worker's environment for this run: the plan's, with XMPRUN_RESTART_COUNT set to the
+ * current restart. Built here, before the fork, so the child allocates nothing. */
+static char **
+worker_environ(struct xmp_supervisor *sv, const struct xmp_plan_worker *pw)
+{
+    char **env = xmp_plan_worker_environ(&sv->plan, pw, sv->opts->environ);
+    char *entry = NULL;
+    size_t n = 0;
+
+    if (env == NULL || asprintf(&entry, "XMPRUN_RESTART_COUNT=%d", sv->restart) < 0)
+        return env;
+    for (; env[n] != NULL; n++) {
+        if (strncmp(env[n], "XMPRUN_RESTART_COUNT=", 21) == 0) {
+            free(env[n]);
+            env[n] = entry;
+            return env;
+        }
+    }
+    char **grown = realloc(env, (n + 2) * sizeof(char *));
+    if (grown == NULL) {
+        free(entry);
+        return env;
+    }
+    grown[n] = entry;
+    grown[n + 1] = NULL;
+    return grown;
+}
+
+static int
+open_log(const char *path, bool truncate)
+{
+    if (path == NULL)
+        return -1;
+    return open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : O_APPEND), 0644);
+}
+
+static void
+spawn_worker(struct xmp_supervisor *sv, struct worker *w, size_t index)
+{
+    const struct xmp_spec *spec = sv->spec;
+    const struct xmp_plan_worker *pw = w->pw;
+    struct xmp_worker_report *rep = w->rep;
+    int po[2] = {-1, -1}, pe[2] = {-1, -1};
+    int con_out = -1, con_err = -1;
+    bool prefix = spec->console == XMP_CONSOLE_PREFIX;
+    struct xmp_spawned sp;
+    struct xmp_error err = {0};
+    struct xmp_cgroup_stats st = {-1, -1, -1, -1};
+    bool streams = false;
+
+    if (spec->console == XMP_CONSOLE_PREFIX || spec->console == XMP_CONSOLE_RAW ||
+        (spec->console == XMP_CONSOLE_RANK0 && pw->rank == 0)) {
+        con_out = STDOUT_FILENO;
+        con_err = STDERR_FILENO;
+    }
+    xmp_now_real(&rep->started_at);
+    if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
+        xmp_error_set(&err, errno, "pipe2");
+        goto fail;
+    }
+    fcntl(po[0], F_SETFL, O_NONBLOCK);
+    fcntl(pe[0], F_SETFL, O_NONBLOCK);
+    xmp_tail_init(&w->tail, spec->log_tail > 0 ? (size_t)spec->log_tail : 0);
+    xmp_stream_init(&w->out, po[0], pw->rank, con_out, prefix,
+                    open_log(pw->stdout_path, sv->restart == 0), NULL);
+    xmp_stream_init(&w->err, pe[0], pw->rank, con_err, prefix,
+                    open_log(pw->stderr_path, sv->restart == 0), &w->tail);
+    streams = true;
+    ep_add(sv, po[0], EV_STDOUT, index);
+    ep_add(sv, pe[0], EV_STDERR, index);
+
+    /* A stale error file from an earlier run must not be reported as this run's. */
+    if (pw->error_file != NULL)
+        unlink(pw->error_file);
+    getrusage(RUSAGE_CHILDREN, &w->ru_base);
+    w->oom_base = 0;
+    if (w->cg != NULL && xmp_cgroup_read_stats(w->cg, &st, &err) == 0 && st.oom_kills > 0)
+        w->oom_base = st.oom_kills;
+    xmp_error_clear(&err);
+
+    struct xmp_spawn_args args = {
+        .path = w->path,
+        .argv = pw->argv,
+        .envp = w->environ,
+        .workdir = sv->plan.workdir,
+        .cpus = w->has_cpus ? &w->cpus : NULL,
+        .no_new_privs = spec->no_new_privs,
+        .stdout_fd = po[1],
+        .stderr_fd = pe[1],
+        .cg = w->cg,
+        .mode = sv->mode,
+        .sigmask = &sv->old_mask,
+    };
+    if (xmp_spawn(&args, &sp, &err) < 0)
+        goto fail;
+    close(po[1]);
+    close(pe[1]);
+    w->pid = rep->pid = sp.pid;
+    w->pidfd = sp.pidfd;
+    w->running = true;
+    w->start_failed = sp.exec_failed;
+    sv->n_running++;
+    if (w->pidfd >= 0)
+        ep_add(sv, w->pidfd, EV_PIDFD, index);
+    if (sp.exec_failed)
+        snprintf(rep->start_error, sizeof(rep->start_error), "%s", sp.child_err.msg);
+    return;
+
+fail:
+    /* Once the streams exist they own the read ends. */
+    for (int i = streams ? 1 : 0; i < 2; i++) {
+        if (po[i] >= 0)
+            close(po[i]);
+        if (pe[i] >= 0)
+            close(pe[i]);
+    }
+    rep->state = XMP_WORKER_FAILED_TO_START;
+    rep->exit_code = -1;
+    snprintf(rep->start_error, sizeof(rep->start_error), "%s", err.msg);
+    xmp_now_real(&rep->ended_at);
+    rep->ended_mono_ns = xmp_now_ns();
+}
+
+/* Kills and reaps every remaining child of xmprun: as a subreaper it inherits the grandchildren
+ * whose parents exited, including those that left their process group with setsid(). Waits
+ * (bounded) until they are reaped, so that none is left as a zombie for init to collect. */
+void
+xmp_group_kill_orphans(void)
+{
+    pid_t self = getpid();
+    int64_t give_up = xmp_now_ns() + 2000000000LL;
+    char path[64];
+
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)self, (int)self);
+    for (;;) {
+        cleanup_free char *children = NULL;
+        size_t len = 0;
+        bool any = false;
+        siginfo_t si;
+        FILE *f = fopen(path, "re");
+
+        if (f == NULL)
+            return;
+        if (getdelim(&children, &len, '\0', f) < 0) {
+            free(children);
+            children = NULL;
+        }
+        fclose(f);
+        for (char *p = children; p != NULL && *p != '\0';) {
+            char *end;
+            long pid = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            if (pid > 1) {
+                kill((pid_t)pid, SIGKILL);
+                any = true;
+            }
+            p = end;
+        }
+        for (;;) {
+            memset(&si, 0, sizeof(si));
+            if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG) < 0 || si.si_pid == 0)
+                break;
+        }
+        if (!any || xmp_now_ns() > give_up)
+            return;
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void
+drain_streams(struct xmp_supervisor *sv, struct worker *w)
+{
+    struct xmp_stream *streams[2] = {&w->out, &w->err};
+
+    for (int i = 0; i < 2; i++) {
+        if (streams[i]->buf == NULL)
+            continue;
+        if (streams[i]->fd >= 0)
+            xmp_stream_read(streams[i], FINAL_DRAIN);
+        close_stream(sv, streams[i]);
+    }
+    w->rep->stderr_tail = xmp_tail_take(&w->tail, &w->rep->n_tail);
+    xmp_tail_free(&w->tail);
+}
+
+static void
+dispatch(struct xmp_supervisor *sv, const struct epoll_event *ev)
+{
+    enum ev_kind kind = (enum ev_kind)(ev->data.u64 >> 32);
+    size_t index = (size_t)(ev->data.u64 & 0xffffffffu);
+
+    switch (kind) {
+    case EV_SIGNAL:
+        on_signal(sv);
+        return;
+    case EV_TIMER:
+        on_timer(sv);
+        return;
+    case EV_PIDFD:
+        try_reap(sv, &sv->workers[index]);
+        return;
+    case EV_STDOUT:
+        on_stream(sv, &sv->workers[index].out);
+        return;
+    case EV_STDERR:
+        on_stream(sv, &sv->workers[index].err);
+        return;
+    }
+}
+
+static void
+prepare_run(struct xmp_supervisor *sv)
+{
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct worker *w = &sv->workers[i];
+        const struct xmp_plan_worker *pw = w->pw;
+        struct xmp_worker_report *rep = &sv->report.workers[i];
+
+        memset(rep, 0, sizeof(*rep));
+        rep->rank = pw->rank;
+        rep->local_rank = pw->local_rank;
+        rep->devices = (const char *const *)pw->devices;
+        snprintf(rep->cpuset, sizeof(rep->cpuset), "%s", pw->cpuset);
+        rep->exit_code = -1;
+        rep->memory_limit = w->cg != NULL && pw->limits.memory > 0 ? pw->limits.memory : -1;
+        rep->memory_peak = rep->oom_kills = -1;
+        w->rep = rep;
+        w->pid = 0;
+        w->pidfd = -1;
+        w->running = w->start_failed = w->stop_sent = false;
+        w->out = (struct xmp_stream){.fd = -1, .log_fd = -1};
+        w->err = (struct xmp_stream){.fd = -1, .log_fd = -1};
+        xmp_strv_free(w->environ);
+        w->environ = worker_environ(sv, pw);
+    }
+    sv->stopping = STOP_NONE;
+    sv->kill_at_ns = 0;
+    arm_timer(sv);
+}
+
+static void
+write_state(struct xmp_supervisor *sv)
+{
+    cleanup_free pid_t *pids = calloc(sv->n_workers + 1, sizeof(pid_t));
+    struct xmp_error err = {0};
+
+    if (pids == NULL)
+        return;
+    for (size_t i = 0; i < sv->n_workers; i++)
+        pids[i] = sv->workers[i].pid;
+    if (xmp_state_write(sv->state_dir, sv->plan.cgroup_name, sv->mode,
+                        sv->job_cg != NULL ? xmp_cgroup_path(sv->job_cg) : NULL, sv->plan.run_dir,
+                        pids, sv->n_workers, &err) == 0)
+        sv->state_written = true;
+    else if (sv->opts->verbosity > 0)
+        fprintf(stderr, "xmprun: warning: state file: %s\n", err.msg);
+}
+
+/* One run of the whole group, until every worker is reaped. */
+void
+xmp_group_run(struct xmp_supervisor *sv)
+{
+    struct epoll_event evs[64];
+
+    prepare_run(sv);
+    for (size_t i = 0; i < sv->n_workers; i++)
+        spawn_worker(sv, &sv->workers[i], i);
+    write_state(sv);
+    for (size_t i = 0; i < sv->n_workers; i++)
+        if (!sv->workers[i].running && xmp_worker_failed(sv->workers[i].rep))
+            on_worker_failure(sv);
+
+    while (sv->n_running > 0) {
+        int n = epoll_wait(sv->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), -1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            /* Cannot wait any more: stop everything rather than leave workers unsupervised. */
+            kill_all_now(sv);
+            for (size_t i = 0; i < sv->n_workers; i++) {
+                struct worker *w = &sv->workers[i];
+                siginfo_t si = {0};
+                if (w->running && waitid(P_PID, (id_t)w->pid, &si, WEXITED) == 0)
+                    finish_worker(sv, w, &si);
+            }
+            break;
+        }
+        for (int i = 0; i < n; i++)
+            dispatch(sv, &evs[i]);
+    }
+
+    /* Whatever a worker left behind in its process group is part of the job and ends with it;
+     * the cgroups catch the rest when they are destroyed. */
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct worker *w = &sv->workers[i];
+        struct xmp_error err = {0};
+        if (w->pid > 0)
+            kill(-w->pid, SIGKILL);
+        if (w->cg != NULL && !xmp_cgroup_is_empty(w->cg))
+            xmp_cgroup_kill(w->cg, &err);
+    }
+    xmp_group_kill_orphans();
+    for (size_t i = 0; i < sv->n_workers; i++)
+        drain_streams(sv, &sv->workers[i]);
+}

@@ -1,0 +1,98 @@
+/* Internal to runner/: the supervisor's state, shared by supervise.c (setup, cgroups,
+ * restarts, report) and group.c (one run of the worker group: spawning and the event loop). */
+#ifndef XMP_GROUP_H
+#define XMP_GROUP_H
+
+#include "isolate/cgroup.h"
+#include "isolate/devices.h"
+#include "runner/output.h"
+#include "runner/plan.h"
+#include "runner/report.h"
+#include "runner/supervise.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <time.h>
+
+enum ev_kind { EV_SIGNAL = 1, EV_TIMER, EV_PIDFD, EV_STDOUT, EV_STDERR };
+
+enum stop_reason { STOP_NONE = 0, STOP_FAILURE, STOP_TIMEOUT, STOP_INTERRUPT };
+
+struct worker {
+    const struct xmp_plan_worker *pw;
+    struct xmp_cgroup *cg;
+    char **environ;
+    char *path;
+    cpu_set_t cpus;
+    bool has_cpus;
+    pid_t pid;
+    int pidfd;
+    bool running;      /* a process to reap */
+    bool start_failed; /* the child reported why it could not exec */
+    bool stop_sent;    /* xmprun asked it to stop */
+    int64_t oom_base;  /* oom_kills of the cgroup before this run */
+    struct rusage ru_base;
+    struct xmp_stream out;
+    struct xmp_stream err;
+    struct xmp_tail tail;
+    struct xmp_worker_report *rep;
+};
+
+struct xmp_supervisor {
+    const struct xmp_spec *spec;
+    const struct xmp_run_options *opts;
+    struct xmp_host host;
+    struct xmp_plan plan;
+    bool have_host;
+    bool have_plan;
+    enum xmp_cgroup_mode mode;
+    struct xmp_cgroup *job_cg;
+    const char *state_dir;
+    bool state_written;
+    bool made_run_dir;
+    int epfd;
+    int sigfd;
+    int timerfd;
+    struct worker *workers;
+    size_t n_workers;
+    size_t n_running;
+    enum stop_reason stopping;
+    int64_t kill_at_ns;  /* 0: no kill pending */
+    int64_t deadline_ns; /* 0: no timeout */
+    int restart;
+    sigset_t old_mask; /* the mask xmprun started with, restored in workers and at the end */
+    struct sigaction old_chld;
+    struct sigaction old_pipe;
+    struct xmp_report report;
+};
+
+static inline int64_t
+xmp_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void
+xmp_now_real(struct timespec *ts)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+}
+
+static inline bool
+xmp_quiet(const struct xmp_supervisor *sv)
+{
+    return sv->opts != NULL && sv->opts->verbosity < 0;
+}
+
+/* Spawns every worker and supervises them until all are reaped, then kills what they left
+ * behind and collects their output tails into sv->report.workers. */
+void xmp_group_run(struct xmp_supervisor *sv);
+
+/* Kills and reaps every remaining child of xmprun (bounded wait). */
+void xmp_group_kill_orphans(void);
+
+#endif

@@ -1,0 +1,529 @@
+/* The exit report: root-cause choice, outcome and exit-status rules (only here), the JSON of
+ * SPEC.md section 5 (schemas/report.schema.json), its atomic write and the summary table. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "runner/report.h"
+
+#include "isolate/cleanup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef XMP_VERSION
+#define XMP_VERSION "0.0.0"
+#endif
+
+const char *
+xmp_outcome_name(enum xmp_outcome outcome)
+{
+    switch (outcome) {
+    case XMP_OUTCOME_SUCCEEDED:
+        return "succeeded";
+    case XMP_OUTCOME_FAILED:
+        return "failed";
+    case XMP_OUTCOME_TIMEOUT:
+        return "timeout";
+    case XMP_OUTCOME_INTERRUPTED:
+        return "interrupted";
+    case XMP_OUTCOME_SETUP_FAILED:
+        return "setup_failed";
+    }
+    return "failed";
+}
+
+const char *
+xmp_worker_state_name(enum xmp_worker_state state)
+{
+    switch (state) {
+    case XMP_WORKER_RUNNING:
+        return "running";
+    case XMP_WORKER_EXITED:
+        return "exited";
+    case XMP_WORKER_SIGNALED:
+        return "signaled";
+    case XMP_WORKER_OOM_KILLED:
+        return "oom_killed";
+    case XMP_WORKER_STOPPED_BY_XMPRUN:
+        return "stopped_by_xmprun";
+    case XMP_WORKER_TIMEOUT:
+        return "timeout";
+    case XMP_WORKER_FAILED_TO_START:
+        return "failed_to_start";
+    }
+    return "exited";
+}
+
+bool
+xmp_worker_failed(const struct xmp_worker_report *w)
+{
+    switch (w->state) {
+    case XMP_WORKER_EXITED:
+        return w->exit_code != 0;
+    case XMP_WORKER_SIGNALED:
+    case XMP_WORKER_OOM_KILLED:
+    case XMP_WORKER_FAILED_TO_START:
+        return true;
+    case XMP_WORKER_RUNNING:
+    case XMP_WORKER_STOPPED_BY_XMPRUN:
+    case XMP_WORKER_TIMEOUT:
+        return false;
+    }
+    return false;
+}
+
+void
+xmp_signal_name(int sig, char *buf, size_t size)
+{
+    const char *abbrev = sig > 0 ? sigabbrev_np(sig) : NULL;
+
+    if (abbrev != NULL)
+        snprintf(buf, size, "SIG%s", abbrev);
+    else
+        snprintf(buf, size, "SIG%d", sig);
+}
+
+void
+xmp_format_bytes(int64_t bytes, char *buf, size_t size)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    size_t u = 0;
+
+    if (bytes < 1024) {
+        snprintf(buf, size, "%lld B", (long long)bytes);
+        return;
+    }
+    v /= 1024.0;
+    while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, size, "%.1f %s", v, units[u]);
+}
+
+void
+xmp_format_duration(int64_t ms, char *buf, size_t size)
+{
+    int64_t h = ms / 3600000, m = ms / 60000 % 60, s = ms / 1000 % 60, rest = ms % 1000;
+    size_t n = 0;
+
+    buf[0] = '\0';
+    if (h > 0)
+        n += (size_t)snprintf(buf + n, size - n, "%lldh", (long long)h);
+    if (m > 0 && n < size)
+        n += (size_t)snprintf(buf + n, size - n, "%lldm", (long long)m);
+    if (s > 0 && n < size)
+        n += (size_t)snprintf(buf + n, size - n, "%llds", (long long)s);
+    if ((rest > 0 || ms == 0) && n < size)
+        snprintf(buf + n, size - n, "%lldms", (long long)rest);
+}
+
+/* "cuda:3" or "cuda:0,cuda:1"; "" when the worker has no device. */
+static void
+join_devices(const struct xmp_worker_report *w, char *buf, size_t size)
+{
+    size_t n = 0;
+
+    buf[0] = '\0';
+    for (size_t i = 0; w->devices != NULL && w->devices[i] != NULL && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%s", i > 0 ? "," : "", w->devices[i]);
+}
+
+void
+xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
+{
+    char who[160], devs[128], sig[32], limit[32], peak[32];
+    const char *descr;
+
+    join_devices(w, devs, sizeof(devs));
+    if (devs[0] != '\0')
+        snprintf(who, sizeof(who), "worker %d (%s)", w->rank, devs);
+    else
+        snprintf(who, sizeof(who), "worker %d", w->rank);
+
+    switch (w->state) {
+    case XMP_WORKER_OOM_KILLED:
+        xmp_format_bytes(w->memory_limit, limit, sizeof(limit));
+        xmp_format_bytes(w->memory_peak, peak, sizeof(peak));
+        snprintf(buf, size, "%s was killed by the kernel OOM killer%s%s%s%s%s", who,
+                 w->memory_limit >= 0 ? " at its " : "", w->memory_limit >= 0 ? limit : "",
+                 w->memory_limit >= 0 ? " memory limit" : "", w->memory_peak >= 0 ? " (peak " : "",
+                 w->memory_peak >= 0 ? peak : "");
+        if (w->memory_peak >= 0)
+            strncat(buf, ")", size - strlen(buf) - 1);
+        return;
+    case XMP_WORKER_SIGNALED:
+    case XMP_WORKER_STOPPED_BY_XMPRUN:
+    case XMP_WORKER_TIMEOUT:
+        if (w->signal > 0) {
+            char lower[96];
+            xmp_signal_name(w->signal, sig, sizeof(sig));
+            descr = sigdescr_np(w->signal);
+            snprintf(lower, sizeof(lower), "%s", descr != NULL ? descr : "unknown signal");
+            lower[0] = (char)(lower[0] >= 'A' && lower[0] <= 'Z' ? lower[0] - 'A' + 'a' : lower[0]);
+            snprintf(buf, size, "%s was killed by signal %s (%s)", who, sig, lower);
+            return;
+        }
+        snprintf(buf, size, "%s exited with status %d", who, w->exit_code);
+        return;
+    case XMP_WORKER_FAILED_TO_START:
+        snprintf(buf, size, "%s could not start: %s", who,
+                 w->start_error[0] != '\0' ? w->start_error : "unknown error");
+        return;
+    case XMP_WORKER_EXITED:
+        snprintf(buf, size, "%s exited with status %d", who, w->exit_code);
+        return;
+    case XMP_WORKER_RUNNING:
+        snprintf(buf, size, "%s is still running", who);
+        return;
+    }
+}
+
+int
+xmp_worker_exit_status(const struct xmp_worker_report *w)
+{
+    switch (w->state) {
+    case XMP_WORKER_OOM_KILLED:
+        return 128 + SIGKILL;
+    case XMP_WORKER_FAILED_TO_START:
+        /* The child exits 127 (not found), 126 (not executable) or 125 (setup); without a
+         * child at all (fork failed) xmprun could not set the worker up. */
+        return w->exit_code > 0 ? w->exit_code : 125;
+    case XMP_WORKER_EXITED:
+    case XMP_WORKER_SIGNALED:
+    case XMP_WORKER_STOPPED_BY_XMPRUN:
+    case XMP_WORKER_TIMEOUT:
+    case XMP_WORKER_RUNNING:
+        break;
+    }
+    if (w->signal > 0)
+        return 128 + w->signal;
+    return w->exit_code > 0 ? w->exit_code : 0;
+}
+
+void
+xmp_report_finish(struct xmp_report *r)
+{
+    const struct xmp_worker_report *first = NULL;
+    int64_t best = INT64_MAX;
+    enum xmp_cause_kind kind = XMP_CAUSE_NONE;
+    char sig[32], dur[64];
+
+    r->cause_rank = -1;
+    r->cause_reason[0] = '\0';
+    r->cause_message[0] = '\0';
+
+    if (r->setup_error[0] != '\0') {
+        r->cause = XMP_CAUSE_SETUP;
+        r->outcome = XMP_OUTCOME_SETUP_FAILED;
+        r->exit_code = 125;
+        snprintf(r->cause_reason, sizeof(r->cause_reason), "setup_failed");
+        snprintf(r->cause_message, sizeof(r->cause_message), "%s", r->setup_error);
+        return;
+    }
+
+    /* The earliest failure wins: a worker's own failure, the deadline or a signal to xmprun.
+     * Workers xmprun stopped because of one of those are consequences, not causes. */
+    for (size_t i = 0; i < r->n_workers; i++) {
+        const struct xmp_worker_report *w = &r->workers[i];
+        if (xmp_worker_failed(w) && w->ended_mono_ns < best) {
+            best = w->ended_mono_ns;
+            first = w;
+            kind = XMP_CAUSE_WORKER;
+        }
+    }
+    if (r->timed_out && r->timeout_mono_ns < best) {
+        best = r->timeout_mono_ns;
+        kind = XMP_CAUSE_TIMEOUT;
+    }
+    if (r->interrupt_signal > 0 && r->interrupt_mono_ns < best) {
+        best = r->interrupt_mono_ns;
+        kind = XMP_CAUSE_INTERRUPTED;
+    }
+
+    r->cause = kind;
+    switch (kind) {
+    case XMP_CAUSE_NONE:
+    case XMP_CAUSE_SETUP:
+        r->outcome = XMP_OUTCOME_SUCCEEDED;
+        r->exit_code = 0;
+        return;
+    case XMP_CAUSE_WORKER:
+        r->outcome = XMP_OUTCOME_FAILED;
+        r->exit_code = xmp_worker_exit_status(first);
+        r->cause_rank = first->rank;
+        snprintf(r->cause_reason, sizeof(r->cause_reason), "%s",
+                 xmp_worker_state_name(first->state));
+        xmp_worker_describe(first, r->cause_message, sizeof(r->cause_message));
+        return;
+    case XMP_CAUSE_TIMEOUT:
+        r->outcome = XMP_OUTCOME_TIMEOUT;
+        r->exit_code = 124;
+        xmp_format_duration(r->timeout_ms, dur, sizeof(dur));
+        snprintf(r->cause_reason, sizeof(r->cause_reason), "timeout");
+        snprintf(r->cause_message, sizeof(r->cause_message), "the job hit its %s timeout", dur);
+        return;
+    case XMP_CAUSE_INTERRUPTED:
+        r->outcome = XMP_OUTCOME_INTERRUPTED;
+        r->exit_code = 128 + r->interrupt_signal;
+        xmp_signal_name(r->interrupt_signal, sig, sizeof(sig));
+        snprintf(r->cause_reason, sizeof(r->cause_reason), "interrupted");
+        snprintf(r->cause_message, sizeof(r->cause_message),
+                 "xmprun received %s and stopped the job", sig);
+        return;
+    }
+}
+
+static json_t *
+time_json(const struct timespec *ts)
+{
+    struct tm tm;
+    char buf[64];
+
+    if (ts->tv_sec == 0 && ts->tv_nsec == 0)
+        return json_null();
+    gmtime_r(&ts->tv_sec, &tm);
+    snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts->tv_nsec / 1000000);
+    return json_string(buf);
+}
+
+static json_t *
+str_or_null(const char *s)
+{
+    return s != NULL && s[0] != '\0' ? json_string(s) : json_null();
+}
+
+static json_t *
+int_or_null(int64_t v)
+{
+    return v >= 0 ? json_integer(v) : json_null();
+}
+
+static json_t *
+worker_json(const struct xmp_worker_report *w)
+{
+    json_t *o = json_object(), *devs = json_array(), *tail = json_array();
+    char sig[32];
+
+    for (size_t i = 0; w->devices != NULL && w->devices[i] != NULL; i++)
+        json_array_append_new(devs, json_string(w->devices[i]));
+    for (size_t i = 0; i < w->n_tail; i++) {
+        /* Workers may print invalid UTF-8; jansson refuses it, so such lines become a note. */
+        json_t *line = json_string(w->stderr_tail[i]);
+        json_array_append_new(tail, line != NULL ? line : json_string("<invalid UTF-8>"));
+    }
+    xmp_signal_name(w->signal, sig, sizeof(sig));
+
+    json_object_set_new(o, "rank", json_integer(w->rank));
+    json_object_set_new(o, "local_rank", json_integer(w->local_rank));
+    json_object_set_new(o, "pid", w->pid > 0 ? json_integer(w->pid) : json_null());
+    json_object_set_new(o, "devices", devs);
+    json_object_set_new(o, "cpuset", str_or_null(w->cpuset));
+    json_object_set_new(o, "started_at", time_json(&w->started_at));
+    json_object_set_new(o, "ended_at", time_json(&w->ended_at));
+    json_object_set_new(o, "state", json_string(xmp_worker_state_name(w->state)));
+    json_object_set_new(o, "exit_code", int_or_null(w->exit_code));
+    json_object_set_new(o, "signal", w->signal > 0 ? json_string(sig) : json_null());
+    json_object_set_new(o, "memory",
+                        json_pack("{s:o, s:o, s:o}", "limit_bytes", int_or_null(w->memory_limit),
+                                  "peak_bytes", int_or_null(w->memory_peak), "oom_kills",
+                                  int_or_null(w->oom_kills)));
+    json_object_set_new(o, "cpu",
+                        json_pack("{s:f, s:f}", "user_s", w->user_s, "system_s", w->system_s));
+    json_object_set_new(o, "stderr_tail", tail);
+    json_object_set_new(o, "error_file",
+                        w->error_file != NULL ? json_incref(w->error_file) : json_null());
+    if (w->state == XMP_WORKER_FAILED_TO_START)
+        json_object_set_new(o, "start_error", str_or_null(w->start_error));
+    return o;
+}
+
+static json_t *
+cause_json(enum xmp_cause_kind kind, int rank, const char *reason, const char *message)
+{
+    if (kind == XMP_CAUSE_NONE)
+        return json_null();
+    return json_pack("{s:o, s:s, s:s}", "rank", rank >= 0 ? json_integer(rank) : json_null(),
+                     "reason", reason, "message", message);
+}
+
+json_t *
+xmp_report_to_json(const struct xmp_report *r)
+{
+    json_t *o = json_object(), *workers = json_array(), *attempts = json_array();
+    double duration = (double)(r->ended_mono_ns - r->started_mono_ns) / 1e9;
+
+    for (size_t i = 0; i < r->n_workers; i++)
+        json_array_append_new(workers, worker_json(&r->workers[i]));
+    for (size_t i = 0; i < r->n_attempts; i++) {
+        const struct xmp_attempt *a = &r->attempts[i];
+        json_t *c = cause_json(a->kind, a->rank, a->reason, a->message);
+        json_t *at = json_pack("{s:i, s:o, s:i}", "restart", a->restart, "root_cause",
+                               c != NULL ? c : json_null(), "exit_code", a->exit_code);
+        json_array_append_new(attempts, at);
+    }
+
+    json_object_set_new(o, "schema", json_string("xmprun.report/v1"));
+    json_object_set_new(o, "xmprun_version", json_string(XMP_VERSION));
+    json_object_set_new(o, "job",
+                        json_pack("{s:o, s:o, s:o, s:o, s:i, s:i, s:i}", "name",
+                                  str_or_null(r->job_name), "id", str_or_null(r->job_id), "spec",
+                                  str_or_null(r->spec_path), "host", str_or_null(r->host),
+                                  "node_rank", r->node_rank, "nnodes", r->nnodes, "world_size",
+                                  r->world_size));
+    json_object_set_new(o, "started_at", time_json(&r->started_at));
+    json_object_set_new(o, "ended_at", time_json(&r->ended_at));
+    json_object_set_new(o, "duration_s", json_real(duration > 0 ? duration : 0.0));
+    json_object_set_new(o, "outcome", json_string(xmp_outcome_name(r->outcome)));
+    json_object_set_new(o, "exit_code", json_integer(r->exit_code));
+    json_object_set_new(
+        o, "cgroup",
+        json_pack("{s:s, s:o, s:o}", "mode", r->cgroup_mode != NULL ? r->cgroup_mode : "none",
+                  "path", str_or_null(r->cgroup_path), "note", str_or_null(r->cgroup_note)));
+    json_object_set_new(o, "root_cause",
+                        cause_json(r->cause, r->cause_rank, r->cause_reason, r->cause_message));
+    json_object_set_new(o, "restarts", json_integer(r->restarts));
+    json_object_set_new(o, "attempts", attempts);
+    json_object_set_new(o, "workers", workers);
+    return o;
+}
+
+static int
+write_all(int fd, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, data, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        data += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int
+xmp_report_write(const struct xmp_report *r, const char *path, struct xmp_error *err)
+{
+    cleanup_free char *dir_copy = strdup(path);
+    cleanup_free char *base_copy = strdup(path);
+    cleanup_free char *tmp = NULL;
+    cleanup_free char *text = NULL;
+    cleanup_close int fd = -1;
+    cleanup_close int dfd = -1;
+    json_t *doc;
+    const char *dir, *base;
+
+    if (dir_copy == NULL || base_copy == NULL)
+        return xmp_error_set(err, ENOMEM, "report");
+    dir = dirname(dir_copy);
+    base = basename(base_copy);
+    if (asprintf(&tmp, "%s/.%s.XXXXXX", dir, base) < 0) {
+        tmp = NULL;
+        return xmp_error_set(err, ENOMEM, "report");
+    }
+    doc = xmp_report_to_json(r);
+    text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(doc);
+    if (text == NULL)
+        return xmp_error_set(err, ENOMEM, "report: encode JSON");
+
+    fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return xmp_error_set(err, errno, "create `%s`", tmp);
+    /* mkstemp creates 0600; a report is as readable as any file the user writes. */
+    mode_t mask = umask(022);
+    umask(mask);
+    if (fchmod(fd, 0666 & ~mask) < 0 || write_all(fd, text, strlen(text)) < 0 ||
+        write_all(fd, "\n", 1) < 0 || fsync(fd) < 0) {
+        int saved = errno;
+        unlink(tmp);
+        return xmp_error_set(err, saved, "write `%s`", tmp);
+    }
+    if (close(steal_fd(&fd)) < 0) {
+        int saved = errno;
+        unlink(tmp);
+        return xmp_error_set(err, saved, "write `%s`", tmp);
+    }
+    if (rename(tmp, path) < 0) {
+        int saved = errno;
+        unlink(tmp);
+        return xmp_error_set(err, saved, "rename `%s` to `%s`", tmp, path);
+    }
+    /* The rename is durable only once the directory entry is on disk too. */
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0)
+        fsync(dfd);
+    return 0;
+}
+
+void
+xmp_report_print_summary(const struct xmp_report *r, FILE *out)
+{
+    char dur[64];
+    double total = (double)(r->ended_mono_ns - r->started_mono_ns) / 1e9;
+
+    snprintf(dur, sizeof(dur), "%.1fs", total > 0 ? total : 0.0);
+    fprintf(out, "xmprun: job %s (%s) %s after %s", r->job_name != NULL ? r->job_name : "?",
+            r->job_id != NULL ? r->job_id : "?", xmp_outcome_name(r->outcome), dur);
+    if (r->restarts > 0)
+        fprintf(out, " and %d restart%s", r->restarts, r->restarts == 1 ? "" : "s");
+    fprintf(out, ", exit status %d\n", r->exit_code);
+    if (r->n_workers > 0)
+        fprintf(out, "  %4s  %-14s %-18s %5s %11s %9s\n", "rank", "device", "state", "exit",
+                "peak mem", "time");
+    for (size_t i = 0; i < r->n_workers; i++) {
+        const struct xmp_worker_report *w = &r->workers[i];
+        char devs[128], exit_s[16], peak[32], t[32];
+        int64_t secs = w->ended_at.tv_sec - w->started_at.tv_sec;
+        int64_t nsecs = w->ended_at.tv_nsec - w->started_at.tv_nsec;
+        double wt = w->started_at.tv_sec != 0 ? (double)secs + (double)nsecs / 1e9 : 0.0;
+
+        join_devices(w, devs, sizeof(devs));
+        if (w->signal > 0)
+            xmp_signal_name(w->signal, exit_s, sizeof(exit_s));
+        else if (w->exit_code >= 0)
+            snprintf(exit_s, sizeof(exit_s), "%d", w->exit_code);
+        else
+            snprintf(exit_s, sizeof(exit_s), "-");
+        if (w->memory_peak >= 0)
+            xmp_format_bytes(w->memory_peak, peak, sizeof(peak));
+        else
+            snprintf(peak, sizeof(peak), "-");
+        snprintf(t, sizeof(t), "%.1fs", wt > 0 ? wt : 0.0);
+        fprintf(out, "  %4d  %-14s %-18s %5s %11s %9s\n", w->rank, devs[0] ? devs : "-",
+                xmp_worker_state_name(w->state), exit_s, peak, t);
+    }
+    if (r->cause != XMP_CAUSE_NONE)
+        fprintf(out, "xmprun: root cause: %s\n", r->cause_message);
+    if (r->cgroup_note[0] != '\0')
+        fprintf(out, "xmprun: note: %s\n", r->cgroup_note);
+}
+
+void
+xmp_report_release(struct xmp_report *r)
+{
+    for (size_t i = 0; i < r->n_workers; i++) {
+        struct xmp_worker_report *w = &r->workers[i];
+        for (size_t j = 0; j < w->n_tail; j++)
+            free(w->stderr_tail[j]);
+        free(w->stderr_tail);
+        json_decref(w->error_file);
+    }
+    free(r->workers);
+    free(r->attempts);
+    r->workers = NULL;
+    r->n_workers = 0;
+    r->attempts = NULL;
+    r->n_attempts = 0;
+}

@@ -1,0 +1,149 @@
+/* The exit report (SPEC.md section 5): what happened to each worker, the root cause in plain
+ * words, the outcome and xmprun's exit status. The exit rules live only here. */
+#ifndef XMP_REPORT_H
+#define XMP_REPORT_H
+
+#include "isolate/error.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+#include <time.h>
+
+enum xmp_outcome {
+    XMP_OUTCOME_SUCCEEDED = 0,
+    XMP_OUTCOME_FAILED,
+    XMP_OUTCOME_TIMEOUT,
+    XMP_OUTCOME_INTERRUPTED,
+    XMP_OUTCOME_SETUP_FAILED,
+};
+
+enum xmp_worker_state {
+    XMP_WORKER_RUNNING = 0, /* not ended yet (only while the job runs) */
+    XMP_WORKER_EXITED,
+    XMP_WORKER_SIGNALED,
+    XMP_WORKER_OOM_KILLED,
+    XMP_WORKER_STOPPED_BY_XMPRUN,
+    XMP_WORKER_TIMEOUT,
+    XMP_WORKER_FAILED_TO_START,
+};
+
+/* Why a failure happened, for root_cause.reason. */
+enum xmp_cause_kind {
+    XMP_CAUSE_NONE = 0,
+    XMP_CAUSE_WORKER, /* a worker failed: the reason is its state */
+    XMP_CAUSE_TIMEOUT,
+    XMP_CAUSE_INTERRUPTED,
+    XMP_CAUSE_SETUP,
+};
+
+struct xmp_worker_report {
+    int rank;
+    int local_rank;
+    pid_t pid;                  /* 0 when no process was ever created */
+    const char *const *devices; /* borrowed, NULL-terminated ("cuda:3", "cpu") */
+    char cpuset[1024];          /* "" when none */
+    struct timespec started_at; /* CLOCK_REALTIME */
+    struct timespec ended_at;
+    int64_t ended_mono_ns; /* CLOCK_MONOTONIC, orders failures ("earliest") */
+    enum xmp_worker_state state;
+    int exit_code;        /* -1: null (killed by a signal, or never started) */
+    int signal;           /* 0: null */
+    int64_t memory_limit; /* bytes, -1: null */
+    int64_t memory_peak;  /* bytes, -1: null */
+    int64_t oom_kills;    /* -1: null */
+    double user_s;
+    double system_s;
+    char **stderr_tail; /* owned, n_tail lines, oldest first */
+    size_t n_tail;
+    json_t *error_file;    /* owned reference, or NULL */
+    char start_error[256]; /* failed_to_start: "exec `x`: No such file or directory" */
+};
+
+/* A failure that led to a restart of the whole group. */
+struct xmp_attempt {
+    int restart; /* 0 for the first run */
+    enum xmp_cause_kind kind;
+    int rank;
+    char reason[32];
+    char message[512];
+    int exit_code;
+};
+
+struct xmp_report {
+    const char *job_name; /* borrowed strings; NULL is written as null */
+    const char *job_id;
+    const char *spec_path;
+    const char *host;
+    int node_rank;
+    int nnodes;
+    int world_size;
+    struct timespec started_at;
+    struct timespec ended_at;
+    int64_t started_mono_ns;
+    int64_t ended_mono_ns;
+    const char *cgroup_mode; /* "unified", "hybrid", "legacy", "none" */
+    char cgroup_path[512];   /* "" is written as null */
+    char cgroup_note[512];   /* "" is written as null */
+    /* Set by the supervisor; the report derives outcome, exit code and root cause. */
+    char setup_error[512]; /* non-empty: the job could not be set up */
+    int interrupt_signal;  /* the first SIGINT/SIGTERM/SIGHUP xmprun got, or 0 */
+    int64_t interrupt_mono_ns;
+    bool timed_out;
+    int64_t timeout_ms;
+    int64_t timeout_mono_ns;
+    int restarts; /* how many times the group was restarted */
+    int restarts_allowed;
+    struct xmp_attempt *attempts; /* one per failed run that was restarted */
+    size_t n_attempts;
+    struct xmp_worker_report *workers; /* the last run's workers */
+    size_t n_workers;
+    /* Derived by xmp_report_finish. */
+    enum xmp_outcome outcome;
+    int exit_code;
+    enum xmp_cause_kind cause;
+    int cause_rank; /* -1 when the cause is not a worker */
+    char cause_reason[32];
+    char cause_message[512];
+};
+
+const char *xmp_outcome_name(enum xmp_outcome outcome);
+const char *xmp_worker_state_name(enum xmp_worker_state state);
+
+/* True for a state that is a failure of the worker itself (not one xmprun caused). */
+bool xmp_worker_failed(const struct xmp_worker_report *w);
+
+/* "SIGKILL" for 9; "SIG<n>" when unknown. */
+void xmp_signal_name(int sig, char *buf, size_t size);
+/* "8.0 GiB", "512.0 MiB", "100 B". */
+void xmp_format_bytes(int64_t bytes, char *buf, size_t size);
+/* "30s", "1h30m", "250ms". */
+void xmp_format_duration(int64_t ms, char *buf, size_t size);
+
+/* The plain-words message for a failed worker ("worker 1 (cpu) exited with status 3"). */
+void xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size);
+
+/* The exit status a failed worker alone gives (its code, 128+n, 137 for OOM, 125 if it never
+ * existed). */
+int xmp_worker_exit_status(const struct xmp_worker_report *w);
+
+/* Picks the root cause (the earliest failure), the outcome and the exit status. */
+void xmp_report_finish(struct xmp_report *r);
+
+/* The report object, keys in a stable order. Call xmp_report_finish first. */
+json_t *xmp_report_to_json(const struct xmp_report *r);
+
+/* Writes the report atomically: a temp file in the same directory, fsync, rename, fsync of the
+ * directory. */
+int xmp_report_write(const struct xmp_report *r, const char *path, struct xmp_error *err);
+
+/* The short human table (rank, device, state, exit, peak memory, time) and the root cause. */
+void xmp_report_print_summary(const struct xmp_report *r, FILE *out);
+
+/* Frees what the report owns (tails, error files, attempts, the workers array). */
+void xmp_report_release(struct xmp_report *r);
+
+#endif

@@ -1,0 +1,231 @@
+/* Starting one worker. clone3(CLONE_INTO_CGROUP | CLONE_PIDFD) puts the child in its cgroup
+ * before it runs a single instruction, so no allocation it makes escapes the limits; where that
+ * is unavailable the child attaches itself before exec. A CLOEXEC pipe carries the child's
+ * struct xmp_error to the parent, and EOF on it means execve succeeded (libuv's
+ * uv__spawn_and_init_child closes the same race). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "runner/spawn.h"
+
+#include "isolate/cleanup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+/* The signals xmprun blocks or ignores; the child puts them back to their defaults, because an
+ * ignored disposition and a blocked mask both survive execve (tini's restore_signals). */
+static const int reset_signals[] = {SIGCHLD, SIGINT,  SIGTERM, SIGHUP,  SIGQUIT,
+                                    SIGUSR1, SIGUSR2, SIGPIPE, SIGTTOU, SIGTTIN};
+
+char *
+xmp_spawn_resolve(const char *argv0, char *const *envp)
+{
+    const char *path = "/usr/local/bin:/usr/bin:/bin";
+    char *found_noexec = NULL;
+
+    if (argv0 == NULL || argv0[0] == '\0' || strchr(argv0, '/') != NULL)
+        return strdup(argv0 != NULL ? argv0 : "");
+    for (size_t i = 0; envp != NULL && envp[i] != NULL; i++)
+        if (strncmp(envp[i], "PATH=", 5) == 0)
+            path = envp[i] + 5;
+
+    for (const char *p = path; p != NULL;) {
+        const char *colon = strchr(p, ':');
+        size_t len = colon != NULL ? (size_t)(colon - p) : strlen(p);
+        char *cand = NULL;
+        struct stat st;
+
+        /* An empty PATH element means the current directory, as for execvp. */
+        if (asprintf(&cand, "%.*s%s%s", (int)len, len > 0 ? p : ".", "/", argv0) < 0)
+            break;
+        if (stat(cand, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (access(cand, X_OK) == 0) {
+                free(found_noexec);
+                return cand;
+            }
+            /* Like execvp, report "Permission denied" rather than "not found" when the only
+             * match is not executable. */
+            if (found_noexec == NULL)
+                found_noexec = steal_pointer(&cand);
+        }
+        free(cand);
+        p = colon != NULL ? colon + 1 : NULL;
+    }
+    return found_noexec != NULL ? found_noexec : strdup(argv0);
+}
+
+static void __attribute__((noreturn)) child_fail(int fd, struct xmp_error *err, int code)
+{
+    ssize_t n;
+
+    do
+        n = write(fd, err, sizeof(*err));
+    while (n < 0 && errno == EINTR);
+    _exit(code);
+}
+
+/* Runs in the child: no allocation (the environment and the path were built by the parent),
+ * every failure goes to the pipe. */
+static void __attribute__((noreturn))
+child_main(const struct xmp_spawn_args *a, int errfd, pid_t parent, bool attach, bool into_unified)
+{
+    struct xmp_error err = {0};
+
+    for (size_t i = 0; i < sizeof(reset_signals) / sizeof(reset_signals[0]); i++)
+        signal(reset_signals[i], SIG_DFL);
+    sigprocmask(SIG_SETMASK, a->sigmask, NULL);
+
+    /* Its own process group, so that xmprun can signal the worker and everything it forks
+     * (without setsid) at once, and a terminal's ^C reaches only xmprun, which forwards it. */
+    if (setpgid(0, 0) < 0) {
+        xmp_error_set(&err, errno, "setpgid");
+        child_fail(errfd, &err, 125);
+    }
+    /* If xmprun dies (even by SIGKILL) the worker must not run on unsupervised. The parent may
+     * already have died before the prctl took effect, hence the getppid check. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) {
+        xmp_error_set(&err, errno, "prctl(PR_SET_PDEATHSIG)");
+        child_fail(errfd, &err, 125);
+    }
+    if (getppid() != parent) {
+        xmp_error_set(&err, 0, "xmprun exited while the worker was starting");
+        child_fail(errfd, &err, 125);
+    }
+    if (attach && xmp_cgroup_attach(a->cg, 0, into_unified, &err) < 0) {
+        xmp_error_wrap(&err, "join cgroup `%s`", xmp_cgroup_path(a->cg));
+        child_fail(errfd, &err, 125);
+    }
+    if (a->workdir != NULL && chdir(a->workdir) < 0) {
+        xmp_error_set(&err, errno, "chdir `%s`", a->workdir);
+        child_fail(errfd, &err, 125);
+    }
+    if (a->cpus != NULL && sched_setaffinity(0, sizeof(*a->cpus), a->cpus) < 0) {
+        xmp_error_set(&err, errno, "sched_setaffinity");
+        child_fail(errfd, &err, 125);
+    }
+    if (a->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+        xmp_error_set(&err, errno, "prctl(PR_SET_NO_NEW_PRIVS)");
+        child_fail(errfd, &err, 125);
+    }
+    int fds[2] = {a->stdout_fd, a->stderr_fd};
+    for (int target = 1; target <= 2; target++) {
+        int fd = fds[target - 1];
+        if (fd < 0)
+            continue;
+        /* dup2 onto itself would keep FD_CLOEXEC, and the worker would lose the stream. */
+        if (fd == target ? fcntl(fd, F_SETFD, 0) < 0 : dup2(fd, target) < 0) {
+            xmp_error_set(&err, errno, "dup2");
+            child_fail(errfd, &err, 125);
+        }
+    }
+    /* Whatever xmprun or its libraries opened without O_CLOEXEC must not leak into workers. */
+    syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+
+    if (strchr(a->path, '/') == NULL) {
+        xmp_error_set(&err, ENOENT, "exec `%s`", a->path);
+        child_fail(errfd, &err, 127);
+    }
+    execve(a->path, a->argv, a->envp);
+    int saved = errno;
+    xmp_error_set(&err, saved, "exec `%s`", a->argv[0]);
+    child_fail(errfd, &err, saved == ENOENT ? 127 : 126);
+}
+
+int
+xmp_spawn(const struct xmp_spawn_args *a, struct xmp_spawned *out, struct xmp_error *err)
+{
+    cleanup_close int rfd = -1;
+    cleanup_close int wfd = -1;
+    int pipefd[2];
+    int pidfd = -1;
+    int cgfd = a->cg != NULL ? xmp_cgroup_dirfd(a->cg) : -1;
+    pid_t parent = getpid(), pid;
+    bool attach = a->cg != NULL, into_unified = false;
+    ssize_t n;
+    size_t got = 0;
+
+    memset(out, 0, sizeof(*out));
+    out->pidfd = -1;
+    if (pipe2(pipefd, O_CLOEXEC) < 0)
+        return xmp_error_set(err, errno, "pipe2");
+    rfd = pipefd[0];
+    wfd = pipefd[1];
+
+    /* clone3 with a NULL stack behaves like fork (the child runs on a copy of this stack), and
+     * gives a pidfd atomically, with or without a cgroup to start in. */
+    struct clone_args ca = {
+        .flags = CLONE_PIDFD | (cgfd >= 0 ? CLONE_INTO_CGROUP : 0),
+        .pidfd = (uint64_t)(uintptr_t)&pidfd,
+        .exit_signal = SIGCHLD,
+        .cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0,
+    };
+    pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+    if (pid > 0 || pid == 0) {
+        /* In hybrid mode clone3 placed the child in the cgroup2 tracking tree only; it joins
+         * the v1 controller hierarchies itself. */
+        into_unified = cgfd >= 0;
+        attach = a->cg != NULL && (cgfd < 0 || a->mode != XMP_CGROUP_MODE_UNIFIED);
+    } else {
+        /* Old kernel (ENOSYS), legacy v1 only, or a cgroup clone3 refuses (EINVAL, EBUSY,
+         * EOPNOTSUPP): fork, and the child attaches itself to every hierarchy. */
+        pidfd = -1;
+        pid = fork();
+        if (pid < 0)
+            return xmp_error_set(err, errno, "fork");
+        attach = a->cg != NULL;
+        into_unified = false;
+    }
+    if (pid == 0) {
+        close(rfd);
+        child_main(a, wfd, parent, attach, into_unified);
+    }
+
+    close(steal_fd(&wfd));
+    if (pidfd < 0)
+        pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    /* Also from here, so the group exists whichever of the two runs first; EACCES after the
+     * child's exec is harmless. */
+    setpgid(pid, pid);
+
+    /* Read until EOF: after a failure that is the child's _exit, so it cannot be caught
+     * between its report and its exit by a signal xmprun sends next. */
+    for (;;) {
+        char *dst = (char *)&out->child_err + got;
+        char sink[64];
+        size_t room = sizeof(out->child_err) - got;
+        n = read(rfd, room > 0 ? dst : sink, room > 0 ? room : sizeof(sink));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        if (room > 0)
+            got += (size_t)n;
+    }
+    out->pid = pid;
+    out->pidfd = pidfd;
+    if (got == sizeof(out->child_err)) {
+        out->exec_failed = true;
+        out->child_err.msg[sizeof(out->child_err.msg) - 1] = '\0';
+    } else if (got > 0) {
+        out->exec_failed = true;
+        xmp_error_set(&out->child_err, 0, "the worker failed before exec");
+    }
+    return 0;
+}

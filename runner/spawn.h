@@ -1,0 +1,45 @@
+/* Starting one worker: clone3 straight into its cgroup (or fork and attach), the child's setup
+ * (signals, process group, death signal, workdir, affinity, no_new_privs, stdio) and execve,
+ * with a CLOEXEC pipe that tells the parent whether exec worked. */
+#ifndef XMP_SPAWN_H
+#define XMP_SPAWN_H
+
+#include "isolate/cgroup.h"
+#include "isolate/error.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+struct xmp_spawn_args {
+    const char *path; /* what execve gets: argv[0] resolved against PATH, or as given */
+    char *const *argv;
+    char *const *envp;
+    const char *workdir;   /* NULL: stay */
+    const cpu_set_t *cpus; /* NULL: inherit xmprun's affinity */
+    bool no_new_privs;
+    int stdout_fd; /* write ends; -1 inherits xmprun's */
+    int stderr_fd;
+    const struct xmp_cgroup *cg; /* NULL: no cgroup */
+    enum xmp_cgroup_mode mode;
+    const sigset_t *sigmask; /* the mask xmprun started with, restored in the child */
+};
+
+struct xmp_spawned {
+    pid_t pid;
+    int pidfd;                  /* owned by the caller; -1 if none could be had */
+    bool exec_failed;           /* the child reported child_err and exits 127/126/125 */
+    struct xmp_error child_err; /* "exec `nosuch`: No such file or directory" */
+};
+
+/* Resolves argv0 the way execvp would, against the PATH in envp (or a default), so that the
+ * child needs no allocation. Returns a malloc'd path; argv0 itself when nothing matches (the
+ * child's execve then reports why). */
+char *xmp_spawn_resolve(const char *argv0, char *const *envp);
+
+/* Starts the worker. Returns 0 once the child has exec'd or reported why it could not (both
+ * leave a child to reap through out->pidfd or out->pid), -1 when no child could be created. */
+int xmp_spawn(const struct xmp_spawn_args *args, struct xmp_spawned *out, struct xmp_error *err);
+
+#endif

@@ -1,0 +1,279 @@
+/* State files of running jobs and the orphan collector (see state.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "runner/state.h"
+
+#include "isolate/cleanup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *
+xmp_state_dir(char *const *environ)
+{
+    for (size_t i = 0; environ != NULL && environ[i] != NULL; i++)
+        if (strncmp(environ[i], "XMPRUN_STATE_DIR=", 17) == 0 && environ[i][17] != '\0')
+            return environ[i] + 17;
+    return "/run/xmprun";
+}
+
+int
+xmp_proc_start_time(pid_t pid, unsigned long long *out)
+{
+    char path[64], buf[1024];
+    cleanup_close int fd = -1;
+    ssize_t n;
+    char *p;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    n = read(fd, buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    /* The command name (field 2) may contain spaces and parentheses: count from the last ')'. */
+    p = strrchr(buf, ')');
+    if (p == NULL)
+        return -1;
+    p++;
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p + 1, ' ');
+        if (p == NULL)
+            return -1;
+    }
+    return sscanf(p, " %llu", out) == 1 ? 0 : -1;
+}
+
+int
+xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode mode,
+                const char *cgroup_path, const char *run_dir, const pid_t *pids, size_t n_pids,
+                struct xmp_error *err)
+{
+    cleanup_free char *path = NULL;
+    cleanup_free char *tmp = NULL;
+    unsigned long long start = 0;
+    json_t *doc, *workers = json_array();
+    int ret;
+
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return xmp_error_set(err, errno, "mkdir `%s`", dir);
+    xmp_proc_start_time(getpid(), &start);
+    for (size_t i = 0; i < n_pids; i++) {
+        unsigned long long st = 0;
+        if (pids[i] <= 0 || xmp_proc_start_time(pids[i], &st) < 0)
+            continue;
+        json_array_append_new(
+            workers, json_pack("{s:i, s:I}", "pid", (int)pids[i], "start_time", (json_int_t)st));
+    }
+    doc = json_pack("{s:i, s:I, s:s, s:s, s:s?, s:s?, s:o}", "pid", (int)getpid(), "start_time",
+                    (json_int_t)start, "cgroup_name", cgroup_name, "cgroup_mode",
+                    xmp_cgroup_mode_name(mode), "cgroup_path", cgroup_path, "run_dir", run_dir,
+                    "workers", workers);
+    if (asprintf(&path, "%s/%s.json", dir, cgroup_name) < 0 ||
+        asprintf(&tmp, "%s/.%s.json.tmp", dir, cgroup_name) < 0) {
+        json_decref(doc);
+        return xmp_error_set(err, ENOMEM, "state file");
+    }
+    ret = json_dump_file(doc, tmp, JSON_COMPACT);
+    json_decref(doc);
+    if (ret < 0 || rename(tmp, path) < 0) {
+        int saved = errno;
+        unlink(tmp);
+        return xmp_error_set(err, saved, "write `%s`", path);
+    }
+    return 0;
+}
+
+void
+xmp_state_remove(const char *dir, const char *cgroup_name)
+{
+    char path[4096];
+
+    snprintf(path, sizeof(path), "%s/%s.json", dir, cgroup_name);
+    unlink(path);
+}
+
+static bool
+process_matches(pid_t pid, unsigned long long start)
+{
+    unsigned long long now;
+    return xmp_proc_start_time(pid, &now) == 0 && now == start;
+}
+
+/* What the collector learned from the state files, for deciding on cgroup names. */
+struct gc_ctx {
+    char **live; /* cgroup names whose owner runs */
+    size_t n_live;
+    char **dead; /* cgroup names whose owner is gone */
+    size_t n_dead;
+};
+
+static bool
+in_list(char **list, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(list[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* "xmprun-<name>-<pid>-<hex>" -> pid, or -1. The job name may itself contain dashes. */
+static pid_t
+owner_from_name(const char *name)
+{
+    const char *hex = strrchr(name, '-');
+    const char *p;
+    long pid = 0;
+
+    if (hex == NULL || hex == name)
+        return -1;
+    for (p = hex - 1; p > name && *p >= '0' && *p <= '9'; p--)
+        ;
+    if (*p != '-' || p + 1 == hex)
+        return -1;
+    for (p++; p < hex; p++)
+        pid = pid * 10 + (*p - '0');
+    return pid > 0 && pid < (1L << 22) ? (pid_t)pid : -1;
+}
+
+static bool
+is_orphan(const char *name, void *data)
+{
+    struct gc_ctx *ctx = data;
+    pid_t owner;
+
+    if (in_list(ctx->live, ctx->n_live, name))
+        return false;
+    /* The leaf a cgroup v2 xmprun moved itself into: collectable once that xmprun is gone. */
+    if (strncmp(name, "xmprun-self-", 12) == 0) {
+        char *end;
+        long pid = strtol(name + 12, &end, 10);
+        return *end == '\0' && pid > 0 && pid != getpid() && kill((pid_t)pid, 0) < 0 &&
+               errno == ESRCH;
+    }
+    if (in_list(ctx->dead, ctx->n_dead, name))
+        return true;
+    /* No state file (it could not be written, or was lost): only a dead owner pid counts, so
+     * that a running job is never collected. */
+    owner = owner_from_name(name);
+    if (owner <= 0 || owner == getpid())
+        return false;
+    return kill(owner, 0) < 0 && errno == ESRCH;
+}
+
+static void
+push(char ***list, size_t *n, const char *name)
+{
+    char **grown = realloc(*list, (*n + 1) * sizeof(char *));
+    if (grown == NULL)
+        return;
+    *list = grown;
+    grown[*n] = strdup(name);
+    if (grown[*n] != NULL)
+        (*n)++;
+}
+
+/* Removes a dead job's scratch directory and the error files in it (nothing else is put
+ * there, and only a path that looks like one xmprun made is touched). */
+static void
+remove_run_dir(const char *run_dir)
+{
+    DIR *d;
+    struct dirent *de;
+    const char *base = run_dir != NULL ? strrchr(run_dir, '/') : NULL;
+
+    if (base == NULL || strncmp(base + 1, "xmprun-", 7) != 0)
+        return;
+    d = opendir(run_dir);
+    while (d != NULL && (de = readdir(d)) != NULL)
+        if (strncmp(de->d_name, "error-", 6) == 0)
+            unlinkat(dirfd(d), de->d_name, 0);
+    if (d != NULL)
+        closedir(d);
+    rmdir(run_dir);
+}
+
+/* Reads one state file; kills the workers of a dead owner (by pid and start time, never a
+ * recycled pid) and records the job as live or dead. */
+static void
+scan_state_file(const char *dir, const char *file, struct gc_ctx *ctx)
+{
+    char path[4096];
+    json_t *doc, *workers, *w;
+    json_int_t pid = 0, start = 0;
+    const char *cg = NULL;
+    size_t i;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    doc = json_load_file(path, 0, NULL);
+    if (doc == NULL || json_unpack(doc, "{s:I, s:I, s:s, s:o}", "pid", &pid, "start_time", &start,
+                                   "cgroup_name", &cg, "workers", &workers) < 0) {
+        json_decref(doc);
+        return;
+    }
+    if (pid > 0 && process_matches((pid_t)pid, (unsigned long long)start)) {
+        push(&ctx->live, &ctx->n_live, cg);
+        json_decref(doc);
+        return;
+    }
+    json_array_foreach(workers, i, w)
+    {
+        json_int_t wpid = json_integer_value(json_object_get(w, "pid"));
+        json_int_t wstart = json_integer_value(json_object_get(w, "start_time"));
+        if (wpid > 1 && process_matches((pid_t)wpid, (unsigned long long)wstart)) {
+            kill(-(pid_t)wpid, SIGKILL);
+            kill((pid_t)wpid, SIGKILL);
+        }
+    }
+    remove_run_dir(json_string_value(json_object_get(doc, "run_dir")));
+    push(&ctx->dead, &ctx->n_dead, cg);
+    json_decref(doc);
+}
+
+int
+xmp_state_gc(const char *dir, struct xmp_error *err)
+{
+    struct gc_ctx ctx = {0};
+    enum xmp_cgroup_mode mode = XMP_CGROUP_MODE_NONE;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int removed = 0, ret = 0;
+
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        if (de->d_name[0] == '.' || len < 6 || strcmp(de->d_name + len - 5, ".json") != 0)
+            continue;
+        scan_state_file(dir, de->d_name, &ctx);
+    }
+    if (d != NULL)
+        closedir(d);
+
+    if (xmp_cgroup_detect(&mode, err) == 0 && mode != XMP_CGROUP_MODE_NONE) {
+        removed = xmp_cgroup_gc(mode, is_orphan, &ctx, err);
+        if (removed < 0)
+            ret = -1;
+    }
+    for (size_t i = 0; i < ctx.n_dead; i++) {
+        xmp_state_remove(dir, ctx.dead[i]);
+        free(ctx.dead[i]);
+    }
+    for (size_t i = 0; i < ctx.n_live; i++)
+        free(ctx.live[i]);
+    free(ctx.dead);
+    free(ctx.live);
+    if (ret < 0)
+        return -1;
+    return removed > (int)ctx.n_dead ? removed : (int)ctx.n_dead;
+}

@@ -1,0 +1,407 @@
+/* Running a job end to end: signals, host discovery and plan, cgroups (required, optional, off),
+ * the runs of the worker group (group.c) with restarts, cleanup on every path, the exit report,
+ * and `xmprun gc`. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "runner/supervise.h"
+
+#include "isolate/cleanup.h"
+#include "runner/group.h"
+#include "runner/spawn.h"
+#include "runner/state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+static const int handled_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+static void
+destroy_worker_cgroups(struct xmp_supervisor *sv)
+{
+    struct xmp_error err = {0};
+
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct worker *w = &sv->workers[i];
+        if (w->cg != NULL && xmp_cgroup_destroy(w->cg, &err) < 0)
+            fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank, err.msg);
+        w->cg = NULL;
+    }
+}
+
+static int
+create_worker_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct worker *w = &sv->workers[i];
+        char name[32];
+
+        snprintf(name, sizeof(name), "worker-%d", w->pw->rank);
+        if (xmp_cgroup_create_child(sv->job_cg, name, &w->pw->limits, &w->cg, err) < 0)
+            return xmp_error_wrap(err, "worker %d", w->pw->rank);
+    }
+    return 0;
+}
+
+static void
+destroy_cgroups(struct xmp_supervisor *sv)
+{
+    struct xmp_error err = {0};
+
+    destroy_worker_cgroups(sv);
+    if (sv->job_cg != NULL && xmp_cgroup_destroy(sv->job_cg, &err) < 0)
+        fprintf(stderr, "xmprun: warning: %s\n", err.msg);
+    sv->job_cg = NULL;
+}
+
+/* isolation.cgroups: required refuses to run without cgroups, optional warns once and runs
+ * without limits (saying so in the report), off does not try. */
+static int
+setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    sv->mode = XMP_CGROUP_MODE_NONE;
+    if (sv->spec->cgroups == XMP_CGROUPS_OFF) {
+        snprintf(sv->report.cgroup_note, sizeof(sv->report.cgroup_note),
+                 "isolation.cgroups is off: workers ran without cgroups or resource limits");
+        return 0;
+    }
+    if (xmp_cgroup_detect(&sv->mode, err) < 0 ||
+        xmp_cgroup_create_job(sv->mode, sv->plan.cgroup_name, &sv->plan.job_limits, &sv->job_cg,
+                              err) < 0 ||
+        create_worker_cgroups(sv, err) < 0) {
+        destroy_cgroups(sv);
+        sv->mode = XMP_CGROUP_MODE_NONE;
+        if (sv->spec->cgroups == XMP_CGROUPS_REQUIRED)
+            return -1; /* the cgroup layer's message already says why and what to do */
+        if (!xmp_quiet(sv))
+            fprintf(stderr,
+                    "xmprun: warning: %s; running without resource limits "
+                    "(isolation.cgroups: optional)\n",
+                    err->msg);
+        snprintf(sv->report.cgroup_note, sizeof(sv->report.cgroup_note),
+                 "cgroups unavailable, workers ran without resource limits: %s", err->msg);
+        xmp_error_clear(err);
+        return 0;
+    }
+    snprintf(sv->report.cgroup_path, sizeof(sv->report.cgroup_path), "%s",
+             xmp_cgroup_path(sv->job_cg));
+    return 0;
+}
+
+static int
+setup_signals(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    struct sigaction dfl = {.sa_handler = SIG_DFL}, ign = {.sa_handler = SIG_IGN};
+    sigset_t set;
+
+    /* An inherited SIG_IGN for SIGCHLD would make the kernel discard exit statuses. */
+    sigaction(SIGCHLD, &dfl, &sv->old_chld);
+    /* A closed console must not kill the supervisor: writes then fail with EPIPE instead. */
+    sigaction(SIGPIPE, &ign, &sv->old_pipe);
+    sigemptyset(&set);
+    for (size_t i = 0; i < sizeof(handled_signals) / sizeof(handled_signals[0]); i++)
+        sigaddset(&set, handled_signals[i]);
+    if (sigprocmask(SIG_BLOCK, &set, &sv->old_mask) < 0)
+        return xmp_error_set(err, errno, "sigprocmask");
+    sv->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sv->sigfd < 0)
+        return xmp_error_set(err, errno, "signalfd");
+    /* Orphaned grandchildren reparent to xmprun rather than to init, so it can reap and kill
+     * them; as PID 1 this is what the kernel does anyway. */
+    if (getpid() != 1 && prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
+        return xmp_error_set(err, errno, "prctl(PR_SET_CHILD_SUBREAPER)");
+    sv->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (sv->epfd < 0)
+        return xmp_error_set(err, errno, "epoll_create1");
+    sv->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    if (sv->timerfd < 0)
+        return xmp_error_set(err, errno, "timerfd_create");
+    struct epoll_event sev = {.events = EPOLLIN, .data.u64 = (uint64_t)EV_SIGNAL << 32};
+    struct epoll_event tev = {.events = EPOLLIN, .data.u64 = (uint64_t)EV_TIMER << 32};
+    if (epoll_ctl(sv->epfd, EPOLL_CTL_ADD, sv->sigfd, &sev) < 0 ||
+        epoll_ctl(sv->epfd, EPOLL_CTL_ADD, sv->timerfd, &tev) < 0)
+        return xmp_error_set(err, errno, "epoll_ctl");
+    return 0;
+}
+
+static void
+restore_signals(struct xmp_supervisor *sv)
+{
+    struct signalfd_siginfo fsi;
+
+    /* Swallow what arrived after the last worker ended (a late SIGCHLD, a forwarded ^C), so
+     * that unblocking does not act on it. */
+    if (sv->sigfd >= 0) {
+        while (read(sv->sigfd, &fsi, sizeof(fsi)) == (ssize_t)sizeof(fsi))
+            ;
+        close(sv->sigfd);
+    }
+    sigprocmask(SIG_SETMASK, &sv->old_mask, NULL);
+    sigaction(SIGCHLD, &sv->old_chld, NULL);
+    sigaction(SIGPIPE, &sv->old_pipe, NULL);
+}
+
+static int
+setup_workers(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    sv->n_workers = sv->plan.n_workers;
+    sv->workers = calloc(sv->n_workers + 1, sizeof(*sv->workers));
+    sv->report.workers = calloc(sv->n_workers + 1, sizeof(*sv->report.workers));
+    if (sv->workers == NULL || sv->report.workers == NULL)
+        return xmp_error_set(err, ENOMEM, "workers");
+    sv->report.n_workers = sv->n_workers;
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct worker *w = &sv->workers[i];
+        struct xmp_error e = {0};
+        char **env;
+
+        w->pw = &sv->plan.workers[i];
+        w->pidfd = -1;
+        w->out.fd = w->err.fd = w->out.log_fd = w->err.log_fd = -1;
+        /* Resolve the program against the worker's own PATH, as execvp would. */
+        env = xmp_plan_worker_environ(&sv->plan, w->pw, sv->opts->environ);
+        w->path = xmp_spawn_resolve(w->pw->argv[0], env);
+        xmp_strv_free(env);
+        if (w->path == NULL)
+            return xmp_error_set(err, ENOMEM, "worker %d", w->pw->rank);
+        if (w->pw->cpuset[0] != '\0' && xmp_cpulist_parse(w->pw->cpuset, &w->cpus, &e) == 0)
+            w->has_cpus = true;
+    }
+    /* The scratch directory for the workers' TORCHELASTIC_ERROR_FILEs, private to the job. */
+    if (sv->plan.run_dir != NULL) {
+        if (mkdir(sv->plan.run_dir, 0700) < 0 && errno != EEXIST)
+            return xmp_error_set(err, errno, "mkdir `%s`", sv->plan.run_dir);
+        sv->made_run_dir = true;
+    }
+    if (sv->spec->log_dir != NULL && mkdir(sv->spec->log_dir, 0755) < 0 && errno != EEXIST)
+        return xmp_error_set(err, errno, "logs.dir: mkdir `%s`", sv->spec->log_dir);
+    return 0;
+}
+
+static void
+record_attempt(struct xmp_supervisor *sv)
+{
+    struct xmp_report *r = &sv->report;
+    struct xmp_attempt *grown = realloc(r->attempts, (r->n_attempts + 1) * sizeof(*grown));
+
+    xmp_report_finish(r);
+    if (grown == NULL)
+        return;
+    r->attempts = grown;
+    grown[r->n_attempts] = (struct xmp_attempt){
+        .restart = sv->restart, .kind = r->cause, .rank = r->cause_rank, .exit_code = r->exit_code};
+    snprintf(grown[r->n_attempts].reason, sizeof(grown->reason), "%s", r->cause_reason);
+    snprintf(grown[r->n_attempts].message, sizeof(grown->message), "%s", r->cause_message);
+    r->n_attempts++;
+    if (!xmp_quiet(sv))
+        fprintf(stderr, "xmprun: %s; restarting the workers (restart %d of %ld)\n",
+                r->cause_message, sv->restart + 1, sv->spec->restarts);
+}
+
+static bool
+group_failed(const struct xmp_supervisor *sv)
+{
+    for (size_t i = 0; i < sv->n_workers; i++)
+        if (xmp_worker_failed(&sv->report.workers[i]))
+            return true;
+    return false;
+}
+
+/* Frees what a finished run left in the report before the next run fills it again. */
+static void
+reset_run(struct xmp_supervisor *sv)
+{
+    for (size_t i = 0; i < sv->report.n_workers; i++) {
+        struct xmp_worker_report *w = &sv->report.workers[i];
+        for (size_t j = 0; j < w->n_tail; j++)
+            free(w->stderr_tail[j]);
+        free(w->stderr_tail);
+        json_decref(w->error_file);
+        w->stderr_tail = NULL;
+        w->n_tail = 0;
+        w->error_file = NULL;
+    }
+}
+
+static void
+run_job(struct xmp_supervisor *sv)
+{
+    struct xmp_error err = {0};
+
+    for (;;) {
+        xmp_group_run(sv);
+        if (!group_failed(sv) || sv->report.interrupt_signal != 0 || sv->report.timed_out ||
+            sv->restart >= sv->spec->restarts)
+            return;
+        record_attempt(sv);
+        /* Fresh cgroups, so that the next run's peak memory and OOM count are its own and
+         * nothing the failed run left behind survives. */
+        if (sv->job_cg != NULL) {
+            destroy_worker_cgroups(sv);
+            if (create_worker_cgroups(sv, &err) < 0) {
+                destroy_worker_cgroups(sv);
+                fprintf(stderr, "xmprun: cannot restart: %s\n", err.msg);
+                return;
+            }
+        }
+        reset_run(sv);
+        sv->restart++;
+        sv->report.restarts = sv->restart;
+    }
+}
+
+static void
+fill_job_info(struct xmp_supervisor *sv)
+{
+    struct xmp_report *r = &sv->report;
+
+    r->job_name = sv->have_plan ? sv->plan.job_name : sv->spec->name;
+    r->job_id = sv->have_plan ? sv->plan.job_id : NULL;
+    r->spec_path = sv->spec->file;
+    r->host = sv->have_host && sv->host.hostname[0] != '\0' ? sv->host.hostname : NULL;
+    r->node_rank = sv->have_plan ? sv->plan.node_rank : 0;
+    r->nnodes = sv->have_plan ? sv->plan.nnodes : 1;
+    r->world_size = sv->have_plan ? sv->plan.world_size : 0;
+    r->restarts_allowed = (int)sv->spec->restarts;
+    r->timeout_ms = sv->spec->timeout_ms;
+}
+
+static const char *
+report_path(struct xmp_supervisor *sv, char *buf, size_t size)
+{
+    if (sv->opts->report != NULL && sv->opts->report[0] != '\0')
+        return sv->opts->report;
+    if (sv->have_plan && sv->plan.report_path != NULL)
+        return sv->plan.report_path;
+    if (sv->spec->report != NULL)
+        return sv->spec->report;
+    snprintf(buf, size, "%s.report.json", sv->spec->name != NULL ? sv->spec->name : "xmprun");
+    return buf;
+}
+
+static void
+remove_run_dir(struct xmp_supervisor *sv)
+{
+    size_t len;
+
+    if (!sv->made_run_dir)
+        return;
+    len = strlen(sv->plan.run_dir);
+    for (size_t i = 0; i < sv->plan.n_workers; i++) {
+        const char *f = sv->plan.workers[i].error_file;
+        if (f != NULL && strncmp(f, sv->plan.run_dir, len) == 0 && f[len] == '/')
+            unlink(f);
+    }
+    rmdir(sv->plan.run_dir);
+}
+
+static void
+cleanup(struct xmp_supervisor *sv)
+{
+    remove_run_dir(sv);
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct worker *w = &sv->workers[i];
+        if (w->pidfd >= 0)
+            close(w->pidfd);
+        free(w->path);
+        xmp_strv_free(w->environ);
+    }
+    free(sv->workers);
+    if (sv->epfd >= 0)
+        close(sv->epfd);
+    if (sv->timerfd >= 0)
+        close(sv->timerfd);
+    if (sv->have_plan)
+        xmp_plan_free(&sv->plan);
+    if (sv->have_host)
+        xmp_host_free(&sv->host);
+    xmp_report_release(&sv->report);
+}
+
+int
+xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts)
+{
+    struct xmp_supervisor sv = {.spec = spec, .opts = opts, .epfd = -1, .sigfd = -1, .timerfd = -1};
+    struct xmp_error err = {0};
+    char buf[512];
+    const char *path;
+    int status;
+
+    xmp_now_real(&sv.report.started_at);
+    sv.report.started_mono_ns = xmp_now_ns();
+    sv.report.cgroup_mode = "none";
+    sv.state_dir = xmp_state_dir(opts->environ);
+
+    if (setup_signals(&sv, &err) < 0)
+        goto setup_failed;
+    /* Quietly collect what an xmprun killed with SIGKILL left behind. */
+    xmp_state_gc(sv.state_dir, &err);
+    xmp_error_clear(&err);
+
+    if (xmp_host_discover(getenv("XMPRUN_HOST_ROOT"), &sv.host, &err) < 0) {
+        xmp_error_wrap(&err, "host discovery");
+        goto setup_failed;
+    }
+    sv.have_host = true;
+    if (xmp_plan_build(spec, &sv.host, opts->environ, getpid(), &sv.plan, &err) < 0)
+        goto setup_failed;
+    sv.have_plan = true;
+    if (setup_workers(&sv, &err) < 0 || setup_cgroups(&sv, &err) < 0)
+        goto setup_failed;
+    sv.report.cgroup_mode = xmp_cgroup_mode_name(sv.mode);
+    if (spec->timeout_ms > 0)
+        sv.deadline_ns = sv.report.started_mono_ns + spec->timeout_ms * 1000000;
+
+    run_job(&sv);
+    goto done;
+
+setup_failed:
+    snprintf(sv.report.setup_error, sizeof(sv.report.setup_error), "%s", err.msg);
+    fprintf(stderr, "xmprun: error: %s\n", err.msg);
+    sv.report.n_workers = 0;
+done:
+    destroy_cgroups(&sv);
+    /* Destroying the cgroups killed what was left; those were xmprun's children (it is their
+     * subreaper), so reap them rather than leave zombies. */
+    xmp_group_kill_orphans();
+    if (sv.state_written)
+        xmp_state_remove(sv.state_dir, sv.plan.cgroup_name);
+    restore_signals(&sv);
+
+    xmp_now_real(&sv.report.ended_at);
+    sv.report.ended_mono_ns = xmp_now_ns();
+    fill_job_info(&sv);
+    xmp_report_finish(&sv.report);
+    path = report_path(&sv, buf, sizeof(buf));
+    if (xmp_report_write(&sv.report, path, &err) < 0)
+        fprintf(stderr, "xmprun: report: %s\n", err.msg);
+    if (!xmp_quiet(&sv) && sv.report.outcome != XMP_OUTCOME_SETUP_FAILED)
+        xmp_report_print_summary(&sv.report, stderr);
+    status = sv.report.exit_code;
+    cleanup(&sv);
+    return status;
+}
+
+int
+xmp_job_gc(const struct xmp_run_options *opts)
+{
+    struct xmp_error err = {0};
+    int n = xmp_state_gc(xmp_state_dir(opts->environ), &err);
+
+    if (n < 0) {
+        fprintf(stderr, "xmprun: gc: %s\n", err.msg);
+        return 125;
+    }
+    if (opts->verbosity >= 0)
+        fprintf(stderr, "xmprun: gc: cleaned up %d orphaned job%s\n", n, n == 1 ? "" : "s");
+    return 0;
+}
