@@ -118,6 +118,8 @@ struct gc_ctx {
     size_t n_live;
     char **dead; /* cgroup names whose owner is gone */
     size_t n_dead;
+    char **files; /* their state files, removed once the cgroups are */
+    size_t n_files;
 };
 
 static bool
@@ -239,6 +241,7 @@ scan_state_file(const char *dir, const char *file, struct gc_ctx *ctx)
     }
     remove_run_dir(json_string_value(json_object_get(doc, "run_dir")));
     push(&ctx->dead, &ctx->n_dead, cg);
+    push(&ctx->files, &ctx->n_files, path);
     json_decref(doc);
 }
 
@@ -265,10 +268,13 @@ xmp_state_gc(const char *dir, struct xmp_error *err)
         if (removed < 0)
             ret = -1;
     }
-    for (size_t i = 0; i < ctx.n_dead; i++) {
-        xmp_state_remove(dir, ctx.dead[i]);
-        free(ctx.dead[i]);
+    for (size_t i = 0; i < ctx.n_files; i++) {
+        unlink(ctx.files[i]);
+        free(ctx.files[i]);
     }
+    for (size_t i = 0; i < ctx.n_dead; i++)
+        free(ctx.dead[i]);
+    free(ctx.files);
     for (size_t i = 0; i < ctx.n_live; i++)
         free(ctx.live[i]);
     free(ctx.dead);
