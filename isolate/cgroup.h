@@ -22,7 +22,8 @@ enum xmp_cgroup_mode {
 /* "none", "legacy", "hybrid", "unified" (the report's cgroup.mode). */
 const char *xmp_cgroup_mode_name(enum xmp_cgroup_mode mode);
 
-/* Plain values; -1 (or has_cpus false) means "no limit". */
+/* Plain values; -1 (or has_cpus false) means "no limit". The create calls take NULL for "no
+ * limits at all". */
 struct xmp_limits {
     int64_t memory;      /* bytes: memory.max / memory.limit_in_bytes */
     int64_t memory_high; /* bytes: memory.high / memory.soft_limit_in_bytes */
@@ -30,15 +31,16 @@ struct xmp_limits {
     int64_t cpus_milli;  /* cpu.max / cpu.cfs_quota_us over a 100 ms period */
     int64_t pids;        /* pids.max */
     bool has_cpus;
-    cpu_set_t cpus;      /* cpuset.cpus (mems are copied from the parent) */
+    cpu_set_t cpus; /* cpuset.cpus (mems are copied from the parent) */
 };
 
 void xmp_limits_init(struct xmp_limits *limits); /* everything unlimited */
 
 /* Usage read back from a cgroup, for the report. -1 when the kernel does not say. */
 struct xmp_cgroup_stats {
-    int64_t memory_peak;  /* bytes */
-    int64_t oom_kills;    /* memory.events oom_kill / memory.oom_control oom_kill */
+    int64_t memory_peak; /* bytes */
+    int64_t oom_kills;   /* memory.events oom_kill (v2: with descendants) / memory.oom_control
+                          * oom_kill (v1: this cgroup only) */
     int64_t user_usec;
     int64_t system_usec;
 };
@@ -49,14 +51,19 @@ struct xmp_cgroup; /* one logical cgroup, present in every hierarchy of the mode
 int xmp_cgroup_detect(enum xmp_cgroup_mode *mode, struct xmp_error *err);
 
 /* Creates the job cgroup `name` below xmprun's own cgroup in each hierarchy, with the job-level
- * limits, and enables the controllers its children need. On v2, if xmprun's own cgroup holds
- * processes, xmprun first moves itself into a leaf so the "no internal processes" rule holds.
- * Fails with a message that says why (read-only cgroupfs, no delegation, not root) and how to fix. */
+ * limits, and enables the controllers its children need (v2: +memory +cpu +pids, and +cpuset
+ * where delegated, in xmprun's own and the job's cgroup.subtree_control). On v2, if xmprun's own
+ * cgroup holds processes, xmprun first moves itself into the leaf `<own>/xmprun-self-<pid>` so
+ * that the "no internal processes" rule holds; that leaf outlives the process (it cannot remove
+ * the cgroup it is in) and `xmprun gc` removes it later, and later jobs are still created in
+ * <own>, not in the leaf. Fails with a message that says why (read-only cgroupfs, no delegation,
+ * not root, missing controllers, named) and how to fix it; errnum keeps the errno. */
 int xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name,
                           const struct xmp_limits *limits, struct xmp_cgroup **out,
                           struct xmp_error *err);
 
-/* Creates a child (worker-<rank>, zygote) with its limits. */
+/* Creates a child (worker-<rank>, zygote) with its limits. The job keeps track of its children:
+ * destroying the job destroys (and frees) the children not yet destroyed. */
 int xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
                             const struct xmp_limits *limits, struct xmp_cgroup **out,
                             struct xmp_error *err);
@@ -66,7 +73,9 @@ int xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
 int xmp_cgroup_dirfd(const struct xmp_cgroup *cg);
 
 /* Moves pid into the cgroup in every hierarchy that clone3 did not already place it in
- * (all of them when into_unified is false). Used by the child on itself (pid 0) before exec. */
+ * (all of them when into_unified is false). Used by the child on itself (pid 0) before exec:
+ * it allocates nothing and calls only open/write/close on paths computed at create time (and
+ * xmp_error_set on failure). Writes cgroup.procs, so all threads move, on v1 too. */
 int xmp_cgroup_attach(const struct xmp_cgroup *cg, pid_t pid, bool into_unified,
                       struct xmp_error *err);
 
@@ -84,14 +93,58 @@ int xmp_cgroup_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *
  * report and messages. */
 const char *xmp_cgroup_path(const struct xmp_cgroup *cg);
 
-/* Kills what is left, waits (bounded) until empty, removes the directories in every hierarchy,
- * children first, and frees cg. Safe on NULL. */
+/* Kills what is left, waits (bounded, 5 s) until empty, removes the directories in every
+ * hierarchy, children first, and frees cg (even on failure; the error names what is left).
+ * Safe on NULL. */
 int xmp_cgroup_destroy(struct xmp_cgroup *cg, struct xmp_error *err);
 
-/* Finds job cgroups named "xmprun-*" below xmprun's own cgroup whose owner pid (recorded by the
- * caller in the name) is dead, kills their processes and removes them. is_orphan decides from
- * the directory name. Returns the number removed, or -1. */
+/* Finds the directories named "xmprun-*" below xmprun's own cgroup in every hierarchy (jobs, and
+ * the xmprun-self-<pid> leaves) for which is_orphan(name, data) is true, kills their processes,
+ * waits (bounded) and removes them. Never takes xmprun-self-<getpid()>. Returns the number of
+ * names removed, or -1 (err names the first that could not be removed). */
 int xmp_cgroup_gc(enum xmp_cgroup_mode mode, bool (*is_orphan)(const char *name, void *data),
                   void *data, struct xmp_error *err);
+
+/* Pure helpers, exposed for the unit tests (they work on in-memory text). */
+
+/* From /proc/<pid>/cgroup text ("4:memory:/a/b", "2:cpu,cpuacct:/", "9:name=systemd:/", "0::/"):
+ * the path of the hierarchy whose controller list holds `controller` ("memory", "name=systemd"),
+ * or of the cgroup2 line ("0::...") when controller is "". hier_id (may be NULL) gets the
+ * hierarchy number. -1 with ENOENT when no line matches, EINVAL on a malformed line. */
+int xmp_cgroup_parse_proc(const char *text, const char *controller, char *path, size_t size,
+                          int *hier_id, struct xmp_error *err);
+
+/* From /proc/<pid>/mountinfo text: mount point and mount root (both \ooo-unescaped) of the first
+ * cgroup2 mount (controller NULL) or of the first v1 "cgroup" mount whose super options list
+ * `controller`. -1 with ENOENT when there is none. */
+int xmp_cgroup_parse_mountinfo(const char *text, const char *controller, char *mnt, size_t mnt_size,
+                               char *root, size_t root_size, struct xmp_error *err);
+
+/* The directory of cgroup `path` (from /proc/self/cgroup) in a hierarchy mounted at `mnt` with
+ * mount root `root`: mnt + path minus root. A container's bind mount shows a subtree (root
+ * "/docker/x"), a cgroup namespace shows "/" for both. -1 with ENOENT if path is not below root. */
+int xmp_cgroup_join(const char *mnt, const char *root, const char *path, char *buf, size_t size,
+                    struct xmp_error *err);
+
+/* Strips a last component "xmprun-self-<pid>" (the leaf xmprun may move itself into on cgroup
+ * v2), so that xmprun's own cgroup stays the one it was started in. */
+void xmp_cgroup_own_normalize(char *path);
+
+/* True when name is a leaf "xmprun-self-<pid>" (see xmp_cgroup_create_job), with its pid, so
+ * that gc's is_orphan can tell whether that xmprun still runs. */
+bool xmp_cgroup_self_leaf_pid(const char *name, pid_t *pid);
+
+/* CFS quota in microseconds per 100 ms period for cpus_milli (at least 1000, the kernel's
+ * minimum); -1 when cpus_milli < 0 (unlimited). */
+int64_t xmp_cgroup_cfs_quota(int64_t cpus_milli);
+/* cpu.max text: "max 100000" or "<quota> 100000". Returns 0, -1 if buf is too small. */
+int xmp_cgroup_format_cpu_max(int64_t cpus_milli, char *buf, size_t size);
+/* memory.memsw.limit_in_bytes for a memory limit and swap on top: -1 (unlimited) when either
+ * is unlimited or the sum overflows. */
+int64_t xmp_cgroup_memsw(int64_t memory, int64_t swap);
+/* Linux list format ("0-3,8"); "" for an empty set. Returns 0, -1 if buf is too small. */
+int xmp_cgroup_format_cpuset(const cpu_set_t *set, char *buf, size_t size);
+/* cpuacct.stat ticks (USER_HZ) to microseconds. */
+int64_t xmp_cgroup_ticks_to_usec(int64_t ticks, long hz);
 
 #endif

@@ -30,6 +30,12 @@ struct xmp_device {
     cpu_set_t local_cpus; /* CPUs local to the device, intersected with the allowed set; may be empty */
 };
 
+/* One NUMA node: its id (node<id> in sysfs) and its CPUs intersected with the allowed set. */
+struct xmp_numa_node {
+    int id;
+    cpu_set_t cpus;
+};
+
 struct xmp_host {
     char root[4096];     /* "" or "/" for the real host, else the fixture root */
     cpu_set_t allowed;   /* sched_getaffinity of xmprun, or the fixture's cpu list */
@@ -41,6 +47,11 @@ struct xmp_host {
     size_t n_tpus;
     char tpu_version[16]; /* "v4", "v5e", ... or "" */
     char hostname[256];
+    struct xmp_numa_node *nodes; /* the NUMA nodes found, by id; n_nodes may be 0 */
+    size_t n_nodes;
+    bool nvml;    /* NVML was loaded and confirmed the GPU list (real root only) */
+    int *core_of; /* CPU_SETSIZE entries: the lowest CPU of each allowed CPU's core (its thread
+                   * siblings); NULL when sysfs has no topology */
 };
 
 /* Discovers the host below root (NULL or "" means "/"). For a fixture root, the allowed CPUs come
@@ -52,5 +63,9 @@ void xmp_host_free(struct xmp_host *host);
 /* Linux list format ("0-3,8,10-11") <-> cpu_set_t. Parse returns -1 on a malformed list. */
 int xmp_cpulist_parse(const char *text, cpu_set_t *out, struct xmp_error *err);
 void xmp_cpulist_format(const cpu_set_t *set, char *buf, size_t size);
+
+/* The TPU generation ("v4", "v5e", ...) of a Google PCI device id, or NULL when the id is not a
+ * TPU chip that torch_xla recognises. */
+const char *xmp_tpu_version_of(unsigned int pci_device_id);
 
 #endif

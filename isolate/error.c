@@ -36,7 +36,10 @@ xmp_error_wrap(struct xmp_error *err, const char *fmt, ...)
     vsnprintf(prefix, sizeof(prefix), fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof(old));
-    snprintf(err->msg, sizeof(err->msg), "%s: %s", prefix, old);
+    /* Truncation is accepted (the innermost context is cut); testing the result also keeps
+     * GCC's -Wformat-truncation quiet under -Werror. */
+    if (snprintf(err->msg, sizeof(err->msg), "%s: %s", prefix, old) < 0)
+        err->msg[0] = '\0';
     return -1;
 }
 

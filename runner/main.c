@@ -1,10 +1,339 @@
 /* xmprun's command line: parses options, dispatches to validate / plan / run / gc, prints errors
- * and picks the exit status. */
+ * and picks the exit status. Nothing below this file prints errors or exits. */
+#include "isolate/devices.h"
+#include "isolate/error.h"
+#include "runner/plan.h"
+#include "runner/spec.h"
+#include "runner/supervise.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern char **environ;
+
+enum { EXIT_USAGE = 2, EXIT_SETUP = 125 };
+
+struct cli {
+    long workers;       /* -n N, 0 when not given */
+    const char *report; /* --report PATH */
+    char **sets;        /* --set KEY=VALUE, in order */
+    size_t n_sets;
+    int verbosity;
+    char **args; /* positional arguments */
+    size_t n_args;
+    char **command; /* after `--`: the spec-less command */
+    size_t n_command;
+};
+
+static const char usage_text[] =
+    "usage: xmprun [OPTIONS] JOB.yaml              run the job\n"
+    "       xmprun [OPTIONS] -n N -- CMD [ARGS...] run CMD as N workers without a spec file\n"
+    "       xmprun [OPTIONS] validate JOB.yaml...   check specs, exit 0 or 2\n"
+    "       xmprun [OPTIONS] plan JOB.yaml          print the resolved plan as JSON\n"
+    "       xmprun [OPTIONS] plan -n N -- CMD...    the plan of a spec-less job\n"
+    "       xmprun gc                               clean up after an xmprun that was SIGKILLed\n"
+    "\n"
+    "options:\n"
+    "  -n, --workers N       number of workers (overrides the spec's `workers`)\n"
+    "      --report PATH     where to write the JSON exit report\n"
+    "      --set KEY=VALUE   override a spec field, e.g. --set resources.worker.memory=4Gi\n"
+    "  -q, --quiet           print only errors\n"
+    "  -v, --verbose         say more about what xmprun does\n"
+    "      --version         print the version and exit\n"
+    "  -h, --help            print this help and exit\n"
+    "\n"
+    "Exit status: 0 all workers succeeded; the failing worker's exit code, or 128+N if it died of\n"
+    "signal N (137 for an OOM kill); 124 timeout; 130/143 interrupted; 2 bad usage or spec;\n"
+    "125 the job could not be set up. The contract is in README.md and schemas/.\n";
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int
+usage_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("xmprun: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\nTry 'xmprun --help' for more information.\n", stderr);
+    return EXIT_USAGE;
+}
+
+/* Parses a positive worker count for -n with the same strictness as the spec parser. */
+static int
+parse_workers(const char *text, long *out)
+{
+    char *end = NULL;
+    long v;
+
+    errno = 0;
+    v = strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < 1 || v > 65536)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Returns -1 on success, else the exit status to leave with (help, version, usage error). */
+static int
+parse_cli(int argc, char **argv, struct cli *cli)
+{
+    enum { OPT_REPORT = 256, OPT_SET, OPT_VERSION };
+    static const struct option options[] = {
+        {"workers", required_argument, NULL, 'n'}, {"report", required_argument, NULL, OPT_REPORT},
+        {"set", required_argument, NULL, OPT_SET}, {"quiet", no_argument, NULL, 'q'},
+        {"verbose", no_argument, NULL, 'v'},       {"version", no_argument, NULL, OPT_VERSION},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+    };
+    int c, dashdash = -1;
+
+    /* getopt permutes options and operands but stops at `--`; remember where it was so that
+     * everything after it is the command, untouched. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0) {
+            dashdash = i;
+            break;
+        }
+    }
+    int opt_argc = dashdash >= 0 ? dashdash : argc;
+
+    cli->sets = calloc((size_t)argc, sizeof(char *));
+    cli->args = calloc((size_t)argc, sizeof(char *));
+    if (cli->sets == NULL || cli->args == NULL)
+        return usage_error("%s", "out of memory");
+    opterr = 0;
+    while ((c = getopt_long(opt_argc, argv, ":n:qvh", options, NULL)) != -1) {
+        switch (c) {
+        case 'n':
+            if (parse_workers(optarg, &cli->workers) < 0)
+                return usage_error("-n/--workers: \"%s\" is not a worker count (an integer >= 1)",
+                                   optarg);
+            break;
+        case OPT_REPORT:
+            cli->report = optarg;
+            break;
+        case OPT_SET:
+            if (strchr(optarg, '=') == NULL)
+                return usage_error("--set \"%s\": expected KEY=VALUE", optarg);
+            cli->sets[cli->n_sets++] = optarg;
+            break;
+        case 'q':
+            cli->verbosity = -1;
+            break;
+        case 'v':
+            cli->verbosity = 1;
+            break;
+        case OPT_VERSION:
+            printf("xmprun %s\n", XMP_VERSION);
+            return 0;
+        case 'h':
+            fputs(usage_text, stdout);
+            return 0;
+        case ':':
+            return usage_error("option %s needs a value", argv[optind - 1]);
+        default:
+            return usage_error("unknown option %s", argv[optind - 1]);
+        }
+    }
+    for (int i = optind; i < opt_argc; i++)
+        cli->args[cli->n_args++] = argv[i];
+    if (dashdash >= 0) {
+        cli->command = argv + dashdash + 1;
+        cli->n_command = (size_t)(argc - dashdash - 1);
+        if (cli->n_command == 0)
+            return usage_error("%s", "nothing after `--`: give the command to run");
+    }
+    return -1;
+}
+
+static void
+print_diags(const struct xmp_diags *diags)
+{
+    for (size_t i = 0; i < diags->count; i++) {
+        const struct xmp_diag *d = &diags->items[i];
+        if (d->line > 0)
+            fprintf(stderr, "%s:%d:%d: %s\n", d->file, d->line, d->col, d->msg);
+        else
+            fprintf(stderr, "%s: %s\n", d->file, d->msg);
+    }
+    if (diags->dropped > 0)
+        fprintf(stderr, "%s: %zu more error%s not shown\n",
+                diags->count > 0 ? diags->items[0].file : "xmprun", diags->dropped,
+                diags->dropped == 1 ? "" : "s");
+}
+
+/* -n N given with a spec file becomes one more --set, so that it goes through the same checks. */
+static int
+load_spec(const struct cli *cli, const char *path, struct xmp_spec *spec)
+{
+    struct xmp_spec_source src = {0};
+    struct xmp_diags diags = {0};
+    char workers_set[64];
+    char **sets = cli->sets;
+    size_t n_sets = cli->n_sets;
+
+    if (path != NULL) {
+        src.path = path;
+        if (cli->workers > 0) {
+            snprintf(workers_set, sizeof(workers_set), "workers=%ld", cli->workers);
+            sets[n_sets++] = workers_set;
+        }
+    } else {
+        src.argv = cli->command;
+        src.argc = cli->n_command;
+        src.workers = cli->workers;
+    }
+    src.sets = sets;
+    src.n_sets = n_sets;
+    if (xmp_spec_load(&src, spec, &diags) < 0) {
+        print_diags(&diags);
+        return -1;
+    }
+    return 0;
+}
+
+/* The job is either a spec file (exactly one positional argument) or `-n N -- CMD`. Returns -1
+ * when one was given, else the usage error's exit status. */
+static int
+pick_job(const struct cli *cli, char **args, size_t n_args, const char **path, const char *what)
+{
+    *path = NULL;
+    if (cli->command != NULL) {
+        if (n_args > 0)
+            return usage_error("give either a spec file or `-- CMD`, not both (%s)", args[0]);
+        return -1;
+    }
+    if (n_args == 0)
+        return usage_error("%s: no job spec given (xmprun JOB.yaml, or xmprun -n N -- CMD)", what);
+    if (n_args > 1)
+        return usage_error("%s: one job spec at a time (extra argument \"%s\")", what, args[1]);
+    *path = args[0];
+    return -1;
+}
+
+static int
+cmd_validate(struct cli *cli)
+{
+    int status = 0;
+
+    if (cli->n_args < 2 && cli->command == NULL)
+        return usage_error("%s", "validate: give one or more spec files");
+    if (cli->command != NULL) {
+        struct xmp_spec spec = {0};
+        if (load_spec(cli, NULL, &spec) < 0)
+            return EXIT_USAGE;
+        xmp_spec_free(&spec);
+        return 0;
+    }
+    for (size_t i = 1; i < cli->n_args; i++) {
+        struct xmp_spec spec = {0};
+        if (load_spec(cli, cli->args[i], &spec) < 0) {
+            status = EXIT_USAGE;
+            continue;
+        }
+        if (cli->verbosity >= 0)
+            printf("%s: valid (%s)\n", cli->args[i], spec.name);
+        xmp_spec_free(&spec);
+    }
+    return status;
+}
+
+static int
+cmd_plan(struct cli *cli)
+{
+    struct xmp_spec spec = {0};
+    struct xmp_host host = {0};
+    struct xmp_plan plan = {0};
+    struct xmp_error err = {0};
+    const char *path = NULL;
+    int status;
+
+    status = pick_job(cli, cli->args + 1, cli->n_args - 1, &path, "plan");
+    if (status >= 0)
+        return status;
+    if (load_spec(cli, path, &spec) < 0)
+        return EXIT_USAGE;
+    status = EXIT_SETUP;
+    if (xmp_host_discover(getenv("XMPRUN_HOST_ROOT"), &host, &err) < 0) {
+        xmp_error_wrap(&err, "host discovery");
+        goto out;
+    }
+    if (cli->report != NULL) {
+        free(spec.report);
+        spec.report = strdup(cli->report);
+    }
+    if (xmp_plan_build(&spec, &host, environ, getpid(), &plan, &err) < 0) {
+        xmp_error_wrap(&err, "%s", spec.file);
+        goto out;
+    }
+    json_t *j = xmp_plan_to_json(&plan, &host);
+    if (j == NULL || json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) < 0) {
+        xmp_error_set(&err, errno, "write the plan");
+        json_decref(j);
+        goto out;
+    }
+    json_decref(j);
+    fputc('\n', stdout);
+    status = fflush(stdout) == 0 ? 0 : EXIT_SETUP;
+out:
+    if (status != 0 && err.msg[0] != '\0')
+        fprintf(stderr, "xmprun: %s\n", err.msg);
+    xmp_plan_free(&plan);
+    xmp_host_free(&host);
+    xmp_spec_free(&spec);
+    return status;
+}
+
+static int
+cmd_run(struct cli *cli)
+{
+    struct xmp_spec spec = {0};
+    struct xmp_run_options opts = {cli->verbosity, cli->report, environ};
+    const char *path = NULL;
+    int status;
+
+    status = pick_job(cli, cli->args, cli->n_args, &path, "run");
+    if (status >= 0)
+        return status;
+    if (load_spec(cli, path, &spec) < 0)
+        return EXIT_USAGE;
+    status = xmp_job_run(&spec, &opts);
+    xmp_spec_free(&spec);
+    return status;
+}
 
 int
-main(void)
+main(int argc, char **argv)
 {
-    fputs("xmprun: not built yet\n", stderr);
-    return 125;
+    struct cli cli = {0};
+    int status = parse_cli(argc, argv, &cli);
+
+    if (status < 0) {
+        const char *verb = cli.n_args > 0 ? cli.args[0] : NULL;
+        if (verb != NULL && strcmp(verb, "validate") == 0) {
+            status = cmd_validate(&cli);
+        } else if (verb != NULL && strcmp(verb, "plan") == 0) {
+            status = cmd_plan(&cli);
+        } else if (verb != NULL && strcmp(verb, "gc") == 0) {
+            struct xmp_run_options opts = {cli.verbosity, NULL, environ};
+            status = cli.n_args > 1 || cli.command != NULL
+                         ? usage_error("%s", "gc takes no arguments")
+                         : xmp_job_gc(&opts);
+        } else if (verb == NULL && cli.command == NULL) {
+            status = usage_error("%s", "no job given: xmprun JOB.yaml, or xmprun -n N -- CMD");
+        } else {
+            status = cmd_run(&cli);
+        }
+    }
+    free(cli.sets);
+    free(cli.args);
+    return status;
 }

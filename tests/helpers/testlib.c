@@ -1,4 +1,5 @@
 /* Shared helpers for the Criterion tests (see testlib.h). */
+#define _GNU_SOURCE
 #include "helpers/testlib.h"
 
 #include <errno.h>

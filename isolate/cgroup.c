@@ -1,0 +1,589 @@
+/* cgroups, the common part: mode detection, the layout of the hierarchies xmprun uses, and the
+ * public entry points, which dispatch to the unified or the v1 backend through an ops table chosen
+ * once from the mode (cgroup_v2.c, cgroup_v1.c); attach, destroy and gc. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* cpu_set_t macros */
+#endif
+#include "isolate/cgroup.h"
+#include "isolate/cgroup_internal.h"
+#include "isolate/cleanup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libcgroup.h>
+#include <linux/magic.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CGROUP_ROOT "/sys/fs/cgroup"
+
+/* ---- layout ---- */
+
+int
+xmp_cgroup_detect(enum xmp_cgroup_mode *mode, struct xmp_error *err)
+{
+    struct statfs sf;
+
+    if (statfs(CGROUP_ROOT, &sf) < 0)
+        return xmp_error_set(err, errno, "statfs `%s`", CGROUP_ROOT);
+    if (sf.f_type == CGROUP2_SUPER_MAGIC) {
+        *mode = XMP_CGROUP_MODE_UNIFIED;
+        return 0;
+    }
+    if (sf.f_type != TMPFS_MAGIC)
+        return xmp_error_set(err, ENODEV, "`%s` is neither cgroup2 nor a tmpfs of v1 hierarchies",
+                             CGROUP_ROOT);
+    if (statfs(CGROUP_ROOT "/unified", &sf) == 0 && sf.f_type == CGROUP2_SUPER_MAGIC)
+        *mode = XMP_CGROUP_MODE_HYBRID;
+    else
+        *mode = XMP_CGROUP_MODE_LEGACY;
+    return 0;
+}
+
+static char *
+slurp(const char *path, struct xmp_error *err)
+{
+    cleanup_fclose FILE *f = fopen(path, "re");
+    char *buf = NULL;
+    size_t cap = 0, len = 0;
+
+    if (f == NULL) {
+        xmp_error_set(err, errno, "open `%s`", path);
+        return NULL;
+    }
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            char *nb = realloc(buf, cap = cap ? cap * 2 : 16384);
+            if (nb == NULL) {
+                free(buf);
+                xmp_error_set(err, ENOMEM, "read `%s`", path);
+                return NULL;
+            }
+            buf = nb;
+        }
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        len += n;
+        if (n == 0)
+            break;
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+static const struct {
+    unsigned bit;
+    const char *name;
+} v1_ctrls[] = {
+    {XMP_CG_MEMORY, "memory"}, {XMP_CG_CPU, "cpu"},   {XMP_CG_CPUACCT, "cpuacct"},
+    {XMP_CG_CPUSET, "cpuset"}, {XMP_CG_PIDS, "pids"}, {XMP_CG_FREEZER, "freezer"},
+};
+
+static int
+add_hier(struct xmp_cg_layout *l, const char *proc, const char *mountinfo, const char *ctrl,
+         unsigned bit, struct xmp_error *err)
+{
+    struct xmp_cg_hier *h = &l->h[l->n];
+    char path[XMP_CG_PATH], root[XMP_CG_PATH];
+
+    if (xmp_cgroup_parse_proc(proc, ctrl ? ctrl : "", path, sizeof(path), NULL, err) < 0)
+        return -1;
+    if (xmp_cgroup_parse_mountinfo(mountinfo, ctrl, h->mount, sizeof(h->mount), root, sizeof(root),
+                                   err) < 0)
+        return -1;
+    xmp_cgroup_own_normalize(path);
+    /* own is kept relative to the mount root, which is what libcgroup's names are relative to:
+     * in a cgroup namespace or a container's bind mount that is not the same as path. */
+    if (xmp_cgroup_join("", root, path, h->own, sizeof(h->own), err) < 0)
+        return -1;
+    if (h->own[0] == '\0')
+        strcpy(h->own, "/");
+    h->v2 = ctrl == NULL;
+    h->ctrls = bit;
+    snprintf(h->lc_ctrl, sizeof(h->lc_ctrl), "%s", ctrl ? ctrl : "");
+    l->n++;
+    return 0;
+}
+
+/* Fills the layout for mode: one v1 hierarchy per distinct mount of the controllers xmprun uses
+ * (cpu and cpuacct are often comounted), plus the cgroup2 one in hybrid and unified mode. */
+static int
+load_layout(enum xmp_cgroup_mode mode, struct xmp_cg_layout *l, struct xmp_error *err)
+{
+    cleanup_free char *proc = slurp("/proc/self/cgroup", err);
+    cleanup_free char *mountinfo = proc ? slurp("/proc/self/mountinfo", err) : NULL;
+
+    if (mountinfo == NULL)
+        return -1;
+    memset(l, 0, sizeof(*l));
+    l->mode = mode;
+    l->unified = -1;
+    if (mode == XMP_CGROUP_MODE_LEGACY || mode == XMP_CGROUP_MODE_HYBRID) {
+        for (size_t i = 0; i < sizeof(v1_ctrls) / sizeof(v1_ctrls[0]); i++) {
+            char mnt[XMP_CG_PATH], root[XMP_CG_PATH];
+            bool merged = false;
+            if (xmp_cgroup_parse_mountinfo(mountinfo, v1_ctrls[i].name, mnt, sizeof(mnt), root,
+                                           sizeof(root), NULL) < 0)
+                continue; /* not mounted: create reports it when a limit needs it */
+            for (size_t j = 0; j < l->n; j++) {
+                if (strcmp(l->h[j].mount, mnt) == 0) {
+                    l->h[j].ctrls |= v1_ctrls[i].bit;
+                    merged = true;
+                }
+            }
+            if (!merged && add_hier(l, proc, mountinfo, v1_ctrls[i].name, v1_ctrls[i].bit, err) < 0)
+                return xmp_error_wrap(err, "%s hierarchy", v1_ctrls[i].name);
+        }
+        if (l->n == 0)
+            return xmp_error_set(err, ENODEV, "no cgroup v1 controller is mounted");
+    }
+    if (mode == XMP_CGROUP_MODE_HYBRID || mode == XMP_CGROUP_MODE_UNIFIED) {
+        l->unified = (int)l->n;
+        if (add_hier(l, proc, mountinfo, NULL, 0, err) < 0)
+            return xmp_error_wrap(err, "cgroup2 hierarchy");
+        /* libcgroup knows a v2 hierarchy by the controllers enabled at its root; in hybrid mode
+         * those are none of the ones xmprun needs, so the tracking tree is handled directly. */
+        if (mode == XMP_CGROUP_MODE_UNIFIED)
+            strcpy(l->h[l->unified].lc_ctrl, "memory");
+    }
+    return 0;
+}
+
+/* ---- objects ---- */
+
+static void
+own_dir(const struct xmp_cg_hier *h, char *buf, size_t size)
+{
+    /* Both parts are below XMP_CG_PATH; a cut result fails later at new_cgroup's length check. */
+    if (snprintf(buf, size, "%s%s", h->mount, strcmp(h->own, "/") == 0 ? "" : h->own) < 0)
+        buf[0] = '\0';
+}
+
+static int
+new_cgroup(struct xmp_cg_layout *layout, struct xmp_cgroup *parent, const char *rel,
+           struct xmp_cgroup **out, struct xmp_error *err)
+{
+    struct xmp_cgroup *cg = calloc(1, sizeof(*cg));
+
+    if (cg == NULL)
+        return xmp_error_set(err, ENOMEM, "cgroup %s", rel);
+    cg->layout = layout;
+    cg->parent = parent;
+    cg->dirfd = -1;
+    cg->ops = layout->mode == XMP_CGROUP_MODE_UNIFIED ? &xmp_cg_v2_ops : &xmp_cg_v1_ops;
+    if (snprintf(cg->rel, sizeof(cg->rel), "%s", rel) >= (int)sizeof(cg->rel))
+        goto too_long;
+    for (size_t i = 0; i < layout->n; i++) {
+        char base[XMP_CG_PATH];
+        own_dir(&layout->h[i], base, sizeof(base));
+        if (snprintf(cg->dir[i], sizeof(cg->dir[i]), "%s/%s", base, rel) >=
+                (int)sizeof(cg->dir[i]) ||
+            snprintf(cg->procs[i], sizeof(cg->procs[i]), "%s/cgroup.procs", cg->dir[i]) >=
+                (int)sizeof(cg->procs[i]))
+            goto too_long;
+    }
+    const struct xmp_cg_hier *ph = &layout->h[layout->unified >= 0 ? (size_t)layout->unified : 0];
+    snprintf(cg->path, sizeof(cg->path), "%s%s%s", ph->own, strcmp(ph->own, "/") ? "/" : "", rel);
+    *out = cg;
+    return 0;
+too_long:
+    free(cg);
+    return xmp_error_set(err, ENAMETOOLONG, "cgroup name %s", rel);
+}
+
+/* A directory that exists already is a leftover of a job with the same name; refuse it rather
+ * than share it, and so that a failed create never removes what it did not make. */
+static int
+check_absent(const struct xmp_cgroup *cg, struct xmp_error *err)
+{
+    for (size_t i = 0; i < cg->layout->n; i++)
+        if (access(cg->dir[i], F_OK) == 0)
+            return xmp_error_set(
+                err, EEXIST, "cgroup `%s` exists already (left over? see xmprun gc)", cg->dir[i]);
+    return 0;
+}
+
+static void
+free_cgroup(struct xmp_cgroup *cg)
+{
+    if (cg->dirfd >= 0)
+        close(cg->dirfd);
+    if (cg->owns_layout)
+        free(cg->layout);
+    free(cg->children);
+    free(cg);
+}
+
+/* The message for isolation.cgroups: required when xmprun may not write its own cgroup: why,
+ * and what to do. No strerror text is appended (errnum is kept), so that the advice, not the
+ * errno's name, fits in the message. */
+static int
+explain_access(struct xmp_error *err, int e, const char *dir)
+{
+    if (e == EROFS)
+        xmp_error_set(err, 0,
+                      "cannot create cgroups: the cgroup filesystem is mounted read-only (in a "
+                      "container: run with --cgroupns=private and a writable /sys/fs/cgroup, or "
+                      "--privileged; or set isolation.cgroups: optional)");
+    else if (e == EACCES || e == EPERM)
+        /* The path is cut so that the advice fits in the message, even with a prefix. */
+        xmp_error_set(err, 0,
+                      "cannot create cgroups in `%.64s`: not root and not delegated (ask for a "
+                      "delegated cgroup: systemd-run --user -p Delegate=yes --scope ..., or set "
+                      "isolation.cgroups: optional)",
+                      dir);
+    else
+        return xmp_error_set(err, e, "cannot create cgroups in `%s`", dir);
+    if (err != NULL)
+        err->errnum = e;
+    return -1;
+}
+
+int
+xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct xmp_limits *limits,
+                      struct xmp_cgroup **out, struct xmp_error *err)
+{
+    struct xmp_cg_layout *layout = NULL;
+    struct xmp_cgroup *cg = NULL;
+    struct xmp_limits none;
+    int ret;
+
+    if (limits == NULL) {
+        xmp_limits_init(&none);
+        limits = &none;
+    }
+    if (mode == XMP_CGROUP_MODE_NONE)
+        return xmp_error_set(err, EINVAL, "cgroup: mode none");
+    if (strchr(name, '/') != NULL || name[0] == '.' || name[0] == '\0')
+        return xmp_error_set(err, EINVAL, "cgroup: bad job cgroup name \"%s\"", name);
+    ret = cgroup_init();
+    if (ret != 0)
+        return xmp_cg_lcerror(err, ret, "cgroup_init: read mounts for", "/proc/mounts");
+    layout = calloc(1, sizeof(*layout));
+    if (layout == NULL)
+        return xmp_error_set(err, ENOMEM, "cgroup layout");
+    if (load_layout(mode, layout, err) < 0) {
+        free(layout);
+        return -1;
+    }
+    for (size_t i = 0; i < layout->n; i++) {
+        char base[XMP_CG_PATH];
+        own_dir(&layout->h[i], base, sizeof(base));
+        if (access(base, W_OK) < 0) {
+            int e = errno;
+            free(layout);
+            return explain_access(err, e, base);
+        }
+    }
+    if (new_cgroup(layout, NULL, name, &cg, err) < 0) {
+        free(layout);
+        return -1;
+    }
+    cg->owns_layout = true;
+    if (check_absent(cg, err) < 0) {
+        free_cgroup(cg);
+        return -1;
+    }
+    if (cg->ops->create(cg, limits, err) < 0) {
+        /* A delegation can allow mkdir and still refuse a control file (or the reverse). */
+        if (err != NULL &&
+            (err->errnum == EACCES || err->errnum == EPERM || err->errnum == EROFS)) {
+            char base[XMP_CG_PATH];
+            own_dir(&layout->h[0], base, sizeof(base));
+            explain_access(err, err->errnum, base);
+        }
+        free_cgroup(cg);
+        return -1;
+    }
+    *out = cg;
+    return 0;
+}
+
+int
+xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
+                        const struct xmp_limits *limits, struct xmp_cgroup **out,
+                        struct xmp_error *err)
+{
+    struct xmp_cgroup *cg = NULL;
+    struct xmp_cgroup **nc;
+    struct xmp_limits none;
+    char rel[XMP_CG_PATH];
+
+    if (limits == NULL) {
+        xmp_limits_init(&none);
+        limits = &none;
+    }
+    if (strchr(name, '/') != NULL || name[0] == '.' || name[0] == '\0')
+        return xmp_error_set(err, EINVAL, "cgroup: bad child name \"%s\"", name);
+    if (snprintf(rel, sizeof(rel), "%s/%s", parent->rel, name) >= (int)sizeof(rel))
+        return xmp_error_set(err, ENAMETOOLONG, "cgroup: child name %s", name);
+    nc = realloc(parent->children, (parent->nchildren + 1) * sizeof(*nc));
+    if (nc == NULL)
+        return xmp_error_set(err, ENOMEM, "cgroup child %s", name);
+    parent->children = nc;
+    if (new_cgroup(parent->layout, parent, rel, &cg, err) < 0)
+        return -1;
+    if (check_absent(cg, err) < 0 || cg->ops->create(cg, limits, err) < 0) {
+        free_cgroup(cg);
+        return xmp_error_wrap(err, "cgroup %s", name);
+    }
+    parent->children[parent->nchildren++] = cg;
+    *out = cg;
+    return 0;
+}
+
+int
+xmp_cgroup_dirfd(const struct xmp_cgroup *cg)
+{
+    return cg->dirfd;
+}
+
+const char *
+xmp_cgroup_path(const struct xmp_cgroup *cg)
+{
+    return cg->path;
+}
+
+/* Runs in a freshly forked child: no allocation, no stdio; only open/write/close on the paths
+ * computed at create time. Writing cgroup.procs moves the whole thread group on v1 too (libcgroup's
+ * cgroup_attach_task writes `tasks`, which moves one thread only). */
+int
+xmp_cgroup_attach(const struct xmp_cgroup *cg, pid_t pid, bool into_unified, struct xmp_error *err)
+{
+    char num[24];
+    size_t len = 0;
+    char tmp[24];
+    unsigned long v = pid > 0 ? (unsigned long)pid : 0;
+
+    do {
+        tmp[len++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    for (size_t i = 0; i < len; i++)
+        num[i] = tmp[len - 1 - i];
+    for (size_t i = 0; i < cg->layout->n; i++) {
+        int fd;
+        if (into_unified && (int)i == cg->layout->unified)
+            continue;
+        fd = open(cg->procs[i], O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+            return xmp_error_set(err, errno, "open `%s`", cg->procs[i]);
+        if (write(fd, num, len) != (ssize_t)len) {
+            int e = errno;
+            close(fd);
+            return xmp_error_set(err, e, "write pid to `%s`", cg->procs[i]);
+        }
+        close(fd);
+    }
+    return 0;
+}
+
+int
+xmp_cgroup_kill(struct xmp_cgroup *cg, struct xmp_error *err)
+{
+    return cg->ops->kill(cg, err);
+}
+
+bool
+xmp_cgroup_is_empty(const struct xmp_cgroup *cg)
+{
+    for (size_t i = 0; i < cg->layout->n; i++) {
+        bool empty = cg->layout->h[i].v2 ? xmp_cg2_is_empty(cg->dir[i])
+                                         : xmp_cg_procs_empty_tree(cg->dir[i]);
+        if (!empty)
+            return false;
+    }
+    return true;
+}
+
+int
+xmp_cgroup_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st,
+                      struct xmp_error *err)
+{
+    st->memory_peak = st->oom_kills = st->user_usec = st->system_usec = -1;
+    return cg->ops->read_stats(cg, st, err);
+}
+
+static void
+sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* Kills and waits until the tree is empty, up to timeout_ms, killing again every 100 ms (a task
+ * may have forked past a v1 sweep). Polling with short sleeps is acceptable here: it runs once
+ * per cgroup at teardown, after the supervisor has reaped its workers, so normally the first
+ * check already succeeds. */
+static int
+kill_and_wait(struct xmp_cgroup *cg, long timeout_ms, struct xmp_error *err)
+{
+    long waited = 0, step = 5, next_kill = 0;
+
+    while (!xmp_cgroup_is_empty(cg)) {
+        if (waited >= timeout_ms)
+            return xmp_error_set(err, EBUSY, "cgroup `%s` still has processes after %ld ms",
+                                 cg->path, timeout_ms);
+        if (waited >= next_kill) {
+            if (xmp_cgroup_kill(cg, err) < 0)
+                return -1;
+            next_kill = waited + 100;
+        }
+        sleep_ms(step);
+        waited += step;
+        if (step < 50)
+            step *= 2;
+    }
+    return 0;
+}
+
+/* Removes cg's directories, deepest first, in every hierarchy; libcgroup's delete would move
+ * live tasks to the parent instead of failing, so the caller has emptied the cgroup already and
+ * plain rmdir reports EBUSY if that did not hold. */
+static int
+remove_dirs(struct xmp_cgroup *cg, struct xmp_error *err)
+{
+    int ret = 0;
+
+    for (size_t i = 0; i < cg->layout->n; i++) {
+        struct xmp_error e = {0};
+        if (xmp_cg_rmdir_tree(cg->dir[i], &e) < 0) {
+            if (ret == 0 && err != NULL)
+                *err = e;
+            ret = -1;
+        }
+    }
+    return ret;
+}
+
+static void
+unlink_child(struct xmp_cgroup *cg)
+{
+    struct xmp_cgroup *p = cg->parent;
+
+    for (size_t i = 0; p != NULL && i < p->nchildren; i++) {
+        if (p->children[i] == cg) {
+            p->children[i] = p->children[--p->nchildren];
+            break;
+        }
+    }
+}
+
+/* Frees cg and its children; removes their directories (children first) when they are empty.
+ * Only the outermost call waits: the job's wait covers its whole tree. */
+static int
+destroy_tree(struct xmp_cgroup *cg, bool wait, struct xmp_error *err)
+{
+    int ret = 0;
+
+    if (wait && kill_and_wait(cg, 5000, err) < 0)
+        ret = -1;
+    while (cg->nchildren > 0) {
+        struct xmp_error e = {0};
+        if (destroy_tree(cg->children[cg->nchildren - 1], false, &e) < 0 && ret == 0) {
+            if (err != NULL)
+                *err = e;
+            ret = -1;
+        }
+    }
+    /* Even after a failed wait, remove what is empty; rmdir's EBUSY names what is left. */
+    {
+        struct xmp_error e = {0};
+        if (remove_dirs(cg, &e) < 0 && ret == 0) {
+            if (err != NULL)
+                *err = e;
+            ret = -1;
+        }
+    }
+    unlink_child(cg);
+    free_cgroup(cg);
+    return ret;
+}
+
+int
+xmp_cgroup_destroy(struct xmp_cgroup *cg, struct xmp_error *err)
+{
+    if (cg == NULL)
+        return 0;
+    return destroy_tree(cg, true, err);
+}
+
+static bool
+seen_name(char (*names)[256], size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0)
+            return true;
+    return false;
+}
+
+int
+xmp_cgroup_gc(enum xmp_cgroup_mode mode, bool (*is_orphan)(const char *name, void *data),
+              void *data, struct xmp_error *err)
+{
+    struct xmp_cg_layout *layout = NULL;
+    char(*names)[256] = NULL;
+    size_t n = 0, cap = 0;
+    int removed = 0, ret = 0;
+    char self[64];
+
+    if (mode == XMP_CGROUP_MODE_NONE)
+        return 0;
+    snprintf(self, sizeof(self), "xmprun-self-%ld", (long)getpid());
+    layout = calloc(1, sizeof(*layout));
+    if (layout == NULL)
+        return xmp_error_set(err, ENOMEM, "cgroup gc");
+    if (load_layout(mode, layout, err) < 0) {
+        free(layout);
+        return -1;
+    }
+    for (size_t i = 0; i < layout->n; i++) {
+        char base[XMP_CG_PATH];
+        DIR *d;
+        struct dirent *de;
+        own_dir(&layout->h[i], base, sizeof(base));
+        d = opendir(base);
+        if (d == NULL)
+            continue;
+        while ((de = readdir(d)) != NULL) {
+            /* Never the leaf this process moved itself into, whatever is_orphan says. */
+            if (de->d_type != DT_DIR || strncmp(de->d_name, "xmprun-", 7) != 0 ||
+                strlen(de->d_name) >= 256 || strcmp(de->d_name, self) == 0 ||
+                seen_name(names, n, de->d_name) || !is_orphan(de->d_name, data))
+                continue;
+            if (n == cap) {
+                void *nn = realloc(names, (cap = cap ? cap * 2 : 8) * sizeof(*names));
+                if (nn == NULL)
+                    break;
+                names = nn;
+            }
+            snprintf(names[n++], sizeof(names[0]), "%s", de->d_name);
+        }
+        closedir(d);
+    }
+    for (size_t k = 0; k < n; k++) {
+        struct xmp_cgroup *cg = NULL;
+        struct xmp_error e = {0};
+        if (new_cgroup(layout, NULL, names[k], &cg, &e) < 0 || kill_and_wait(cg, 5000, &e) < 0 ||
+            remove_dirs(cg, &e) < 0) {
+            if (ret == 0 && err != NULL)
+                *err = e;
+            ret = -1;
+        } else {
+            removed++;
+        }
+        if (cg != NULL)
+            free_cgroup(cg);
+    }
+    free(names);
+    free(layout);
+    return ret < 0 ? -1 : removed;
+}

@@ -1,0 +1,286 @@
+/* cgroups, file-level helpers shared by the v1 and v2 backends: small reads and writes of
+ * control files, libcgroup calls with their error codes translated, and walks over a cgroup
+ * tree (kill every task, check for tasks, remove directories deepest first). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* cpu_set_t macros */
+#endif
+#include "isolate/cgroup.h"
+#include "isolate/cgroup_internal.h"
+#include "isolate/cleanup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libcgroup.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int
+xmp_cg_write(const char *dir, const char *file, const char *value, struct xmp_error *err)
+{
+    char path[XMP_CG_PATH + 64];
+    cleanup_close int fd = -1;
+    size_t len = strlen(value);
+
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return xmp_error_set(err, errno, "open `%s`", path);
+    if (write(fd, value, len) != (ssize_t)len)
+        return xmp_error_set(err, errno, "write `%s` to `%s`", value, path);
+    return 0;
+}
+
+int
+xmp_cg_read(const char *dir, const char *file, char *buf, size_t size, struct xmp_error *err)
+{
+    char path[XMP_CG_PATH + 64];
+    cleanup_close int fd = -1;
+    size_t o = 0;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return xmp_error_set(err, errno, "open `%s`", path);
+    while (o + 1 < size) {
+        ssize_t n = read(fd, buf + o, size - 1 - o);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return xmp_error_set(err, errno, "read `%s`", path);
+        if (n == 0)
+            break;
+        o += (size_t)n;
+    }
+    buf[o] = '\0';
+    return 0;
+}
+
+bool
+xmp_cg_exists(const char *dir, const char *file)
+{
+    char path[XMP_CG_PATH + 64];
+
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    return access(path, F_OK) == 0;
+}
+
+int64_t
+xmp_cg_keyed(const char *text, const char *key)
+{
+    size_t kl = strlen(key);
+
+    for (const char *p = text; p != NULL && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        if (strncmp(p, key, kl) == 0 && p[kl] == ' ')
+            return strtoll(p + kl + 1, NULL, 10);
+    }
+    return -1;
+}
+
+int
+xmp_cg_lcerror(struct xmp_error *err, int ret, const char *what, const char *path)
+{
+    int e;
+
+    /* cgroup_strerror() indexes a table and crashes for codes past ECGEOF; map the codes
+     * ourselves and keep the text of the ones it knows. */
+    switch (ret) {
+    case ECGOTHER:
+        e = cgroup_get_last_errno();
+        return xmp_error_set(err, e ? e : EIO, "%s `%s`", what, path);
+    case ECGROUPNOTOWNER:
+    case ECGROUPNOTALLOWED:
+        e = EPERM;
+        break;
+    case ECGROUPNOTEXIST:
+    case ECGROUPVALUENOTEXIST:
+        e = ENOENT;
+        break;
+    case ECGROUPNOTMOUNTED:
+    case ECGROUPSUBSYSNOTMOUNTED:
+        e = ENODEV;
+        break;
+    case ECGNONEMPTY:
+        e = EBUSY;
+        break;
+    case ECGINVAL:
+        e = EINVAL;
+        break;
+    default:
+        e = EIO;
+        break;
+    }
+    if (ret >= ECGROUPNOTCOMPILED && ret <= ECGMOUNTFAIL)
+        return xmp_error_set(err, e, "%s `%s` (libcgroup: %s)", what, path, cgroup_strerror(ret));
+    return xmp_error_set(err, e, "%s `%s` (libcgroup error %d)", what, path, ret);
+}
+
+void
+xmp_cg_lc_name(const struct xmp_cg_hier *h, const char *rel, char *buf, size_t size)
+{
+    const char *own = h->own;
+
+    while (*own == '/')
+        own++;
+    if (snprintf(buf, size, "%s%s%s", own, *own ? "/" : "", rel) < 0)
+        buf[0] = '\0';
+}
+
+int
+xmp_cg_lc_set(const struct xmp_cg_hier *h, const char *rel, const char *file, const char *value,
+              struct xmp_error *err)
+{
+    char name[XMP_CG_PATH];
+    char path[XMP_CG_PATH * 2];
+    struct cgroup *cg = NULL;
+    struct cgroup_controller *c;
+    int ret;
+
+    xmp_cg_lc_name(h, rel, name, sizeof(name));
+    if (snprintf(path, sizeof(path), "%s/%s/%s", h->mount, name, file) < 0)
+        path[0] = '\0';
+    cg = cgroup_new_cgroup(name);
+    if (cg == NULL)
+        return xmp_error_set(err, ENOMEM, "cgroup_new_cgroup");
+    c = cgroup_add_controller(cg, h->lc_ctrl);
+    ret = c == NULL ? ECGINVAL : cgroup_add_value_string(c, file, value);
+    /* One value per cgroup_modify_cgroup() call, so that a failure names its file. */
+    if (ret == 0)
+        ret = cgroup_modify_cgroup(cg);
+    cgroup_free(&cg);
+    if (ret != 0) {
+        char what[128];
+        snprintf(what, sizeof(what), "write `%s` to", value);
+        return xmp_cg_lcerror(err, ret, what, path);
+    }
+    return 0;
+}
+
+int
+xmp_cg_lc_read(const struct xmp_cg_hier *h, const char *rel, const char *file, char *buf,
+               size_t size, struct xmp_error *err)
+{
+    char name[XMP_CG_PATH], path[XMP_CG_PATH * 2];
+    void *handle = NULL;
+    size_t o = 0;
+    int ret;
+
+    xmp_cg_lc_name(h, rel, name, sizeof(name));
+    buf[0] = '\0';
+    /* The iterator reads one line per call, like fgets, into what is left of buf. */
+    ret = cgroup_read_value_begin(h->lc_ctrl, name, (char *)file, &handle, buf, (int)size);
+    while (ret == 0) {
+        o += strlen(buf + o);
+        if (o > 0 && buf[o - 1] != '\n' && o + 1 < size) {
+            buf[o++] = '\n';
+            buf[o] = '\0';
+        }
+        if (o + 1 >= size)
+            break;
+        ret = cgroup_read_value_next(&handle, buf + o, (int)(size - o));
+    }
+    if (handle != NULL)
+        cgroup_read_value_end(&handle);
+    if (ret != 0 && ret != ECGEOF) {
+        if (snprintf(path, sizeof(path), "%s/%s/%s", h->mount, name, file) < 0)
+            path[0] = '\0';
+        return xmp_cg_lcerror(err, ret, "read", path);
+    }
+    return 0;
+}
+
+/* ---- process-tree helpers ---- */
+
+typedef void (*dir_fn)(const char *dir, void *data);
+
+static void
+walk_tree(const char *dir, dir_fn fn, void *data)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+
+    fn(dir, data);
+    if (d == NULL)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        char sub[XMP_CG_PATH + 256];
+        if (de->d_type != DT_DIR || de->d_name[0] == '.')
+            continue;
+        snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name);
+        walk_tree(sub, fn, data);
+    }
+    closedir(d);
+}
+
+static void
+kill_procs(const char *dir, void *data)
+{
+    char buf[16384];
+    (void)data;
+
+    if (xmp_cg_read(dir, "cgroup.procs", buf, sizeof(buf), NULL) < 0)
+        return;
+    for (char *p = buf; *p;) {
+        char *end = NULL;
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (pid > 0)
+            kill((pid_t)pid, SIGKILL);
+        p = end;
+        while (*p == '\n')
+            p++;
+    }
+}
+
+void
+xmp_cg_kill_procs_tree(const char *dir)
+{
+    walk_tree(dir, kill_procs, NULL);
+}
+
+static void
+check_empty(const char *dir, void *data)
+{
+    char buf[64];
+    bool *empty = data;
+
+    if (xmp_cg_read(dir, "cgroup.procs", buf, sizeof(buf), NULL) == 0 && buf[0] != '\0')
+        *empty = false;
+}
+
+bool
+xmp_cg_procs_empty_tree(const char *dir)
+{
+    bool empty = true;
+
+    walk_tree(dir, check_empty, &empty);
+    return empty;
+}
+
+int
+xmp_cg_rmdir_tree(const char *dir, struct xmp_error *err)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int ret = 0;
+
+    if (d == NULL)
+        return errno == ENOENT ? 0 : xmp_error_set(err, errno, "opendir `%s`", dir);
+    while ((de = readdir(d)) != NULL) {
+        char sub[XMP_CG_PATH + 256];
+        if (de->d_type != DT_DIR || de->d_name[0] == '.')
+            continue;
+        snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name);
+        if (xmp_cg_rmdir_tree(sub, err) < 0)
+            ret = -1;
+    }
+    closedir(d);
+    if (ret == 0 && rmdir(dir) < 0 && errno != ENOENT)
+        return xmp_error_set(err, errno, "rmdir `%s`", dir);
+    return ret;
+}

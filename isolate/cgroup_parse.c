@@ -1,0 +1,295 @@
+/* cgroups, the pure part: mode names, the /proc/<pid>/cgroup and mountinfo parsers, joining a
+ * cgroup path with its mount, and the limits' kernel text. No I/O, so unit tests cover it all. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* cpu_set_t macros */
+#endif
+#include "isolate/cgroup.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *
+xmp_cgroup_mode_name(enum xmp_cgroup_mode mode)
+{
+    switch (mode) {
+    case XMP_CGROUP_MODE_NONE:
+        return "none";
+    case XMP_CGROUP_MODE_LEGACY:
+        return "legacy";
+    case XMP_CGROUP_MODE_HYBRID:
+        return "hybrid";
+    case XMP_CGROUP_MODE_UNIFIED:
+        return "unified";
+    }
+    return "unknown";
+}
+
+void
+xmp_limits_init(struct xmp_limits *limits)
+{
+    memset(limits, 0, sizeof(*limits));
+    limits->memory = -1;
+    limits->memory_high = -1;
+    limits->swap = -1;
+    limits->cpus_milli = -1;
+    limits->pids = -1;
+    limits->has_cpus = false;
+    CPU_ZERO(&limits->cpus);
+}
+
+/* ---- pure helpers ---- */
+
+static bool
+list_has(const char *list, size_t len, const char *word)
+{
+    size_t wl = strlen(word);
+    const char *p = list, *end = list + len;
+
+    while (p < end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        size_t l = comma ? (size_t)(comma - p) : (size_t)(end - p);
+        if (l == wl && memcmp(p, word, wl) == 0)
+            return true;
+        p += l + 1;
+    }
+    return false;
+}
+
+int
+xmp_cgroup_parse_proc(const char *text, const char *controller, char *path, size_t size,
+                      int *hier_id, struct xmp_error *err)
+{
+    const char *line = text;
+
+    while (line != NULL && *line != '\0') {
+        const char *eol = strchr(line, '\n');
+        size_t len = eol ? (size_t)(eol - line) : strlen(line);
+        const char *c1 = memchr(line, ':', len);
+        const char *c2 = c1 ? memchr(c1 + 1, ':', len - (size_t)(c1 + 1 - line)) : NULL;
+        char *endp = NULL;
+        long id;
+
+        if (len == 0) {
+            line = eol ? eol + 1 : NULL;
+            continue;
+        }
+        if (c1 == NULL || c2 == NULL)
+            return xmp_error_set(err, EINVAL, "/proc/self/cgroup: malformed line \"%.*s\"",
+                                 (int)(len > 80 ? 80 : len), line);
+        id = strtol(line, &endp, 10);
+        if (endp != c1 || id < 0)
+            return xmp_error_set(err, EINVAL, "/proc/self/cgroup: malformed line \"%.*s\"",
+                                 (int)(len > 80 ? 80 : len), line);
+        size_t clen = (size_t)(c2 - c1 - 1);
+        bool match = controller[0] == '\0' ? (id == 0 && clen == 0)
+                                           : (clen > 0 && list_has(c1 + 1, clen, controller));
+        if (match) {
+            size_t plen = len - (size_t)(c2 + 1 - line);
+            if (plen + 1 > size)
+                return xmp_error_set(err, ENAMETOOLONG, "/proc/self/cgroup: path too long");
+            memcpy(path, c2 + 1, plen);
+            path[plen] = '\0';
+            if (hier_id != NULL)
+                *hier_id = (int)id;
+            return 0;
+        }
+        line = eol ? eol + 1 : NULL;
+    }
+    return xmp_error_set(err, ENOENT, "/proc/self/cgroup: no hierarchy for %s",
+                         controller[0] ? controller : "cgroup2");
+}
+
+static bool
+is_octal(char c)
+{
+    return c >= '0' && c <= '7';
+}
+
+/* Copies a mountinfo field, decoding the \ooo escapes the kernel uses for space, tab, newline
+ * and backslash. */
+static int
+unescape_field(const char *src, size_t len, char *dst, size_t size)
+{
+    size_t o = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        char c = src[i];
+        if (c == '\\' && i + 3 < len && is_octal(src[i + 1]) && is_octal(src[i + 2]) &&
+            is_octal(src[i + 3])) {
+            c = (char)(((src[i + 1] - '0') << 6) | ((src[i + 2] - '0') << 3) | (src[i + 3] - '0'));
+            i += 3;
+        }
+        if (o + 1 >= size)
+            return -1;
+        dst[o++] = c;
+    }
+    dst[o] = '\0';
+    return 0;
+}
+
+int
+xmp_cgroup_parse_mountinfo(const char *text, const char *controller, char *mnt, size_t mnt_size,
+                           char *root, size_t root_size, struct xmp_error *err)
+{
+    const char *line = text;
+
+    while (line != NULL && *line != '\0') {
+        const char *eol = strchr(line, '\n');
+        size_t len = eol ? (size_t)(eol - line) : strlen(line);
+        const char *f[6] = {0};
+        size_t fl[6] = {0};
+        const char *p = line, *end = line + len;
+        int nf = 0;
+
+        /* Fields: id parent major:minor root mountpoint options [optional...] - fstype source
+         * superoptions. */
+        while (nf < 6 && p < end) {
+            const char *sp = memchr(p, ' ', (size_t)(end - p));
+            f[nf] = p;
+            fl[nf] = sp ? (size_t)(sp - p) : (size_t)(end - p);
+            nf++;
+            p = sp ? sp + 1 : end;
+        }
+        const char *dash = NULL;
+        for (const char *q = p; q + 2 <= end; q++) {
+            if ((q == p || q[-1] == ' ') && q[0] == '-' && (q + 1 == end || q[1] == ' ')) {
+                dash = q;
+                break;
+            }
+        }
+        if (nf == 6 && dash != NULL && dash + 2 < end) {
+            const char *fs = dash + 2;
+            const char *fse = memchr(fs, ' ', (size_t)(end - fs));
+            size_t fslen = fse ? (size_t)(fse - fs) : (size_t)(end - fs);
+            bool match = false;
+            if (controller == NULL) {
+                match = fslen == 7 && memcmp(fs, "cgroup2", 7) == 0;
+            } else if (fslen == 6 && memcmp(fs, "cgroup", 6) == 0 && fse != NULL) {
+                const char *src = fse + 1;
+                const char *srce = memchr(src, ' ', (size_t)(end - src));
+                if (srce != NULL)
+                    match = list_has(srce + 1, (size_t)(end - srce - 1), controller);
+            }
+            if (match) {
+                if (unescape_field(f[4], fl[4], mnt, mnt_size) < 0 ||
+                    unescape_field(f[3], fl[3], root, root_size) < 0)
+                    return xmp_error_set(err, ENAMETOOLONG, "mountinfo: path too long");
+                return 0;
+            }
+        }
+        line = eol ? eol + 1 : NULL;
+    }
+    return xmp_error_set(err, ENOENT, "mountinfo: no %s mount%s%s",
+                         controller ? "cgroup" : "cgroup2", controller ? " with " : "",
+                         controller ? controller : "");
+}
+
+int
+xmp_cgroup_join(const char *mnt, const char *root, const char *path, char *buf, size_t size,
+                struct xmp_error *err)
+{
+    size_t rl = strlen(root);
+    const char *rest;
+    int n;
+
+    if (strcmp(root, "/") == 0) {
+        rest = path;
+    } else if (strncmp(path, root, rl) == 0 && (path[rl] == '\0' || path[rl] == '/')) {
+        rest = path + rl;
+    } else {
+        return xmp_error_set(err, ENOENT,
+                             "cgroup %s is not below the root %s of the hierarchy mounted at %s",
+                             path, root, mnt);
+    }
+    while (*rest == '/')
+        rest++;
+    n = snprintf(buf, size, "%s%s%s", mnt, *rest ? "/" : "", rest);
+    if (n < 0 || (size_t)n >= size)
+        return xmp_error_set(err, ENAMETOOLONG, "cgroup path %s/%s", mnt, rest);
+    return 0;
+}
+
+void
+xmp_cgroup_own_normalize(char *path)
+{
+    char *slash = strrchr(path, '/');
+
+    if (slash != NULL && strncmp(slash + 1, "xmprun-self-", 12) == 0)
+        *(slash == path ? slash + 1 : slash) = '\0';
+}
+
+bool
+xmp_cgroup_self_leaf_pid(const char *name, pid_t *pid)
+{
+    char *end = NULL;
+    long v;
+
+    if (strncmp(name, "xmprun-self-", 12) != 0 || name[12] < '1' || name[12] > '9')
+        return false;
+    errno = 0;
+    v = strtol(name + 12, &end, 10);
+    if (errno != 0 || *end != '\0' || v <= 0 || v > INT32_MAX)
+        return false;
+    *pid = (pid_t)v;
+    return true;
+}
+
+int64_t
+xmp_cgroup_cfs_quota(int64_t cpus_milli)
+{
+    if (cpus_milli < 0)
+        return -1;
+    if (cpus_milli > INT64_MAX / 100)
+        return -1;
+    return cpus_milli * 100 < 1000 ? 1000 : cpus_milli * 100;
+}
+
+int
+xmp_cgroup_format_cpu_max(int64_t cpus_milli, char *buf, size_t size)
+{
+    int64_t q = xmp_cgroup_cfs_quota(cpus_milli);
+    int n =
+        q < 0 ? snprintf(buf, size, "max 100000") : snprintf(buf, size, "%" PRId64 " 100000", q);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+int64_t
+xmp_cgroup_memsw(int64_t memory, int64_t swap)
+{
+    if (memory < 0 || swap < 0 || swap > INT64_MAX - memory)
+        return -1;
+    return memory + swap;
+}
+
+int
+xmp_cgroup_format_cpuset(const cpu_set_t *set, char *buf, size_t size)
+{
+    size_t o = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < CPU_SETSIZE; i++) {
+        if (!CPU_ISSET(i, set))
+            continue;
+        int j = i;
+        while (j + 1 < CPU_SETSIZE && CPU_ISSET(j + 1, set))
+            j++;
+        int n = j == i ? snprintf(buf + o, size - o, "%s%d", o ? "," : "", i)
+                       : snprintf(buf + o, size - o, "%s%d-%d", o ? "," : "", i, j);
+        if (n < 0 || (size_t)n >= size - o)
+            return -1;
+        o += (size_t)n;
+        i = j;
+    }
+    return 0;
+}
+
+int64_t
+xmp_cgroup_ticks_to_usec(int64_t ticks, long hz)
+{
+    if (ticks < 0 || hz <= 0)
+        return -1;
+    return ticks / hz * 1000000 + ticks % hz * 1000000 / hz;
+}

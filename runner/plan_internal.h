@@ -1,0 +1,28 @@
+/* Shared between plan.c (selection, cpusets, nodes) and plan_env.c (worker environments); not
+ * part of the plan's public API. */
+#ifndef XMP_PLAN_INTERNAL_H
+#define XMP_PLAN_INTERNAL_H
+
+#include "runner/plan.h"
+
+/* One selected device, with the text that names it in the worker's CUDA_VISIBLE_DEVICES or
+ * TPU_VISIBLE_CHIPS: an index or a UUID, in the form the user or the inherited variable used. */
+struct xmp_plan_sel {
+    const struct xmp_device *dev;
+    char id[80];
+};
+
+/* The value of name in environ, or NULL. */
+const char *xmp_plan_getenv(char *const *environ, const char *name);
+
+/* Worker j's share (of k) of set: non-overlapping, whole cores where the host's topology is
+ * known, >= 1 CPU each. */
+void xmp_plan_split_cpus(const struct xmp_host *host, const cpu_set_t *set, size_t k, size_t j,
+                         cpu_set_t *out);
+
+/* Fills w->env (sorted by name) for worker w, whose devices are sel[w->local_rank * per ...]. */
+int xmp_plan_worker_env(const struct xmp_plan *plan, const struct xmp_host *host,
+                        char *const *environ, const struct xmp_plan_sel *sel, size_t per,
+                        struct xmp_plan_worker *w, struct xmp_error *err);
+
+#endif

@@ -1,0 +1,301 @@
+/* The pure parts of the cgroup layer on in-memory input: /proc/self/cgroup and mountinfo parsing,
+ * joining a cgroup path with its mount (bind mounts, cgroup namespaces), mode names, and the
+ * helpers that turn limits into the kernel's text (cpu.max, cfs quota, memsw, cpuset lists). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "isolate/cgroup.h"
+#include "isolate/cgroup_internal.h" /* xmp_cg_keyed */
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+
+static const char hybrid_proc[] = "12:hugetlb:/\n"
+                                  "9:name=systemd:/user.slice/session-1.scope\n"
+                                  "4:memory:/a/b\n"
+                                  "2:cpu,cpuacct:/job\n"
+                                  "1:net_cls,net_prio:/\n"
+                                  "0::/user.slice/session-1.scope\n";
+
+Test(proc_cgroup, v1_controller_lines)
+{
+    char path[256];
+    int id = -1;
+
+    cr_assert_eq(xmp_cgroup_parse_proc(hybrid_proc, "memory", path, sizeof(path), &id, NULL), 0);
+    cr_expect_str_eq(path, "/a/b");
+    cr_expect_eq(id, 4);
+    cr_assert_eq(xmp_cgroup_parse_proc(hybrid_proc, "name=systemd", path, sizeof(path), &id, NULL),
+                 0);
+    cr_expect_str_eq(path, "/user.slice/session-1.scope");
+    cr_expect_eq(id, 9);
+}
+
+Test(proc_cgroup, comounted_controllers)
+{
+    char a[256], b[256];
+    int ia = -1, ib = -2;
+
+    cr_assert_eq(xmp_cgroup_parse_proc(hybrid_proc, "cpu", a, sizeof(a), &ia, NULL), 0);
+    cr_assert_eq(xmp_cgroup_parse_proc(hybrid_proc, "cpuacct", b, sizeof(b), &ib, NULL), 0);
+    cr_expect_str_eq(a, "/job");
+    cr_expect_str_eq(b, "/job");
+    cr_expect_eq(ia, 2);
+    cr_expect_eq(ia, ib);
+    /* A prefix of a controller name is not that controller. */
+    struct xmp_error err = {0};
+    cr_expect_eq(xmp_cgroup_parse_proc(hybrid_proc, "net", a, sizeof(a), NULL, &err), -1);
+    cr_expect_eq(err.errnum, ENOENT);
+    cr_expect_eq(xmp_cgroup_parse_proc(hybrid_proc, "prio", a, sizeof(a), NULL, NULL), -1);
+}
+
+Test(proc_cgroup, unified_line)
+{
+    char path[256];
+
+    cr_assert_eq(xmp_cgroup_parse_proc(hybrid_proc, "", path, sizeof(path), NULL, NULL), 0);
+    cr_expect_str_eq(path, "/user.slice/session-1.scope");
+    /* Inside a cgroup namespace (a container with --cgroupns=private) the path is "/". */
+    cr_assert_eq(xmp_cgroup_parse_proc("0::/\n", "", path, sizeof(path), NULL, NULL), 0);
+    cr_expect_str_eq(path, "/");
+    /* No trailing newline, and a deleted cgroup keeps its suffix. */
+    cr_assert_eq(xmp_cgroup_parse_proc("0::/x/y (deleted)", "", path, sizeof(path), NULL, NULL), 0);
+    cr_expect_str_eq(path, "/x/y (deleted)");
+}
+
+Test(proc_cgroup, missing_and_malformed)
+{
+    char path[256];
+    struct xmp_error err = {0};
+
+    cr_expect_eq(xmp_cgroup_parse_proc("4:memory:/a\n", "", path, sizeof(path), NULL, &err), -1);
+    cr_expect_eq(err.errnum, ENOENT);
+    cr_expect_eq(xmp_cgroup_parse_proc("0::/\n", "memory", path, sizeof(path), NULL, &err), -1);
+    cr_expect_eq(err.errnum, ENOENT);
+    cr_expect_eq(xmp_cgroup_parse_proc("garbage\n0::/\n", "", path, sizeof(path), NULL, &err), -1);
+    cr_expect_eq(err.errnum, EINVAL);
+    cr_expect_eq(xmp_cgroup_parse_proc("x:memory:/\n", "memory", path, sizeof(path), NULL, &err),
+                 -1);
+    cr_expect_eq(err.errnum, EINVAL);
+    cr_expect_eq(
+        xmp_cgroup_parse_proc("4:memory:/a/very/long/path\n", "memory", path, 8, NULL, &err), -1);
+    cr_expect_eq(err.errnum, ENAMETOOLONG);
+    /* Blank lines are skipped. */
+    cr_expect_eq(xmp_cgroup_parse_proc("\n\n0::/z\n", "", path, sizeof(path), NULL, NULL), 0);
+    cr_expect_str_eq(path, "/z");
+}
+
+static const char mountinfo[] =
+    "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n"
+    "31 23 0:28 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755\n"
+    "32 31 0:29 / /sys/fs/cgroup/unified rw,nosuid shared:10 - cgroup2 cgroup2 rw,nsdelegate\n"
+    "33 31 0:30 / /sys/fs/cgroup/systemd rw shared:11 - cgroup cgroup rw,xattr,name=systemd\n"
+    "34 31 0:31 / /sys/fs/cgroup/cpu,cpuacct rw shared:12 - cgroup cgroup rw,cpu,cpuacct\n"
+    "35 31 0:32 /docker/abc /sys/fs/cgroup/memory rw master:13 - cgroup cgroup rw,memory\n"
+    "36 31 0:33 / /mnt/with\\040space rw - cgroup cgroup rw,pids\n";
+
+Test(mountinfo, v1_and_v2_mounts)
+{
+    char mnt[256], root[256];
+
+    cr_assert_eq(
+        xmp_cgroup_parse_mountinfo(mountinfo, NULL, mnt, sizeof(mnt), root, sizeof(root), NULL), 0);
+    cr_expect_str_eq(mnt, "/sys/fs/cgroup/unified");
+    cr_expect_str_eq(root, "/");
+    cr_assert_eq(xmp_cgroup_parse_mountinfo(mountinfo, "cpuacct", mnt, sizeof(mnt), root,
+                                            sizeof(root), NULL),
+                 0);
+    cr_expect_str_eq(mnt, "/sys/fs/cgroup/cpu,cpuacct");
+    cr_assert_eq(
+        xmp_cgroup_parse_mountinfo(mountinfo, "memory", mnt, sizeof(mnt), root, sizeof(root), NULL),
+        0);
+    cr_expect_str_eq(mnt, "/sys/fs/cgroup/memory");
+    cr_expect_str_eq(root, "/docker/abc");
+    cr_assert_eq(xmp_cgroup_parse_mountinfo(mountinfo, "name=systemd", mnt, sizeof(mnt), root,
+                                            sizeof(root), NULL),
+                 0);
+    cr_expect_str_eq(mnt, "/sys/fs/cgroup/systemd");
+}
+
+Test(mountinfo, escapes_and_missing)
+{
+    char mnt[256], root[256];
+    struct xmp_error err = {0};
+
+    cr_assert_eq(
+        xmp_cgroup_parse_mountinfo(mountinfo, "pids", mnt, sizeof(mnt), root, sizeof(root), NULL),
+        0);
+    cr_expect_str_eq(mnt, "/mnt/with space");
+    /* tmpfs options never match a controller; freezer is not mounted at all. */
+    cr_expect_eq(xmp_cgroup_parse_mountinfo(mountinfo, "freezer", mnt, sizeof(mnt), root,
+                                            sizeof(root), &err),
+                 -1);
+    cr_expect_eq(err.errnum, ENOENT);
+    cr_expect_eq(xmp_cgroup_parse_mountinfo(mountinfo, "mode=755", mnt, sizeof(mnt), root,
+                                            sizeof(root), NULL),
+                 -1);
+    cr_expect_eq(xmp_cgroup_parse_mountinfo("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n", NULL, mnt,
+                                            sizeof(mnt), root, sizeof(root), NULL),
+                 -1);
+}
+
+Test(mountinfo, pure_v2)
+{
+    char mnt[256], root[256];
+
+    cr_assert_eq(xmp_cgroup_parse_mountinfo("29 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 "
+                                            "cgroup2 rw,nsdelegate,memory_recursiveprot",
+                                            NULL, mnt, sizeof(mnt), root, sizeof(root), NULL),
+                 0);
+    cr_expect_str_eq(mnt, "/sys/fs/cgroup");
+    cr_expect_eq(xmp_cgroup_parse_mountinfo("29 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw",
+                                            "memory", mnt, sizeof(mnt), root, sizeof(root), NULL),
+                 -1);
+}
+
+Test(join, host_container_and_namespace)
+{
+    char dir[256];
+    struct xmp_error err = {0};
+
+    cr_assert_eq(xmp_cgroup_join("/sys/fs/cgroup/memory", "/", "/a/b", dir, sizeof(dir), NULL), 0);
+    cr_expect_str_eq(dir, "/sys/fs/cgroup/memory/a/b");
+    cr_assert_eq(xmp_cgroup_join("/sys/fs/cgroup", "/", "/", dir, sizeof(dir), NULL), 0);
+    cr_expect_str_eq(dir, "/sys/fs/cgroup");
+    /* A container's bind mount of its own subtree, without a cgroup namespace. */
+    cr_assert_eq(xmp_cgroup_join("/sys/fs/cgroup/memory", "/docker/abc", "/docker/abc/w", dir,
+                                 sizeof(dir), NULL),
+                 0);
+    cr_expect_str_eq(dir, "/sys/fs/cgroup/memory/w");
+    cr_assert_eq(xmp_cgroup_join("/sys/fs/cgroup/memory", "/docker/abc", "/docker/abc", dir,
+                                 sizeof(dir), NULL),
+                 0);
+    cr_expect_str_eq(dir, "/sys/fs/cgroup/memory");
+    /* Not below the mount's root: "/docker/abcd" only shares a prefix. */
+    cr_expect_eq(xmp_cgroup_join("/m", "/docker/abc", "/docker/abcd", dir, sizeof(dir), &err), -1);
+    cr_expect_eq(err.errnum, ENOENT);
+    cr_expect_eq(xmp_cgroup_join("/sys/fs/cgroup", "/", "/long/path", dir, 8, &err), -1);
+    cr_expect_eq(err.errnum, ENAMETOOLONG);
+}
+
+Test(own, self_leaf_is_stripped)
+{
+    char a[64] = "/user.slice/x.scope/xmprun-self-1234";
+    char b[64] = "/xmprun-self-7";
+    char c[64] = "/user.slice/xmprun-job-1";
+
+    xmp_cgroup_own_normalize(a);
+    xmp_cgroup_own_normalize(b);
+    xmp_cgroup_own_normalize(c);
+    cr_expect_str_eq(a, "/user.slice/x.scope");
+    cr_expect_str_eq(b, "/");
+    cr_expect_str_eq(c, "/user.slice/xmprun-job-1");
+}
+
+Test(mode, names)
+{
+    cr_expect_str_eq(xmp_cgroup_mode_name(XMP_CGROUP_MODE_NONE), "none");
+    cr_expect_str_eq(xmp_cgroup_mode_name(XMP_CGROUP_MODE_LEGACY), "legacy");
+    cr_expect_str_eq(xmp_cgroup_mode_name(XMP_CGROUP_MODE_HYBRID), "hybrid");
+    cr_expect_str_eq(xmp_cgroup_mode_name(XMP_CGROUP_MODE_UNIFIED), "unified");
+}
+
+Test(limits, init_is_unlimited)
+{
+    struct xmp_limits l;
+
+    memset(&l, 0x5a, sizeof(l));
+    xmp_limits_init(&l);
+    cr_expect_eq(l.memory, -1);
+    cr_expect_eq(l.memory_high, -1);
+    cr_expect_eq(l.swap, -1);
+    cr_expect_eq(l.cpus_milli, -1);
+    cr_expect_eq(l.pids, -1);
+    cr_expect_not(l.has_cpus);
+    cr_expect_eq(CPU_COUNT(&l.cpus), 0);
+}
+
+Test(limits, cpu_quota)
+{
+    char buf[32];
+
+    cr_expect_eq(xmp_cgroup_cfs_quota(-1), -1);
+    cr_expect_eq(xmp_cgroup_cfs_quota(500), 50000);
+    cr_expect_eq(xmp_cgroup_cfs_quota(4000), 400000);
+    cr_expect_eq(xmp_cgroup_cfs_quota(1), 1000); /* the kernel's minimum quota is 1 ms */
+    cr_assert_eq(xmp_cgroup_format_cpu_max(1500, buf, sizeof(buf)), 0);
+    cr_expect_str_eq(buf, "150000 100000");
+    cr_assert_eq(xmp_cgroup_format_cpu_max(-1, buf, sizeof(buf)), 0);
+    cr_expect_str_eq(buf, "max 100000");
+    cr_expect_eq(xmp_cgroup_format_cpu_max(1500, buf, 5), -1);
+}
+
+Test(limits, memsw_is_memory_plus_swap)
+{
+    cr_expect_eq(xmp_cgroup_memsw(1 << 30, 0), 1 << 30);
+    cr_expect_eq(xmp_cgroup_memsw(1 << 30, 1 << 20), (1 << 30) + (1 << 20));
+    cr_expect_eq(xmp_cgroup_memsw(-1, 0), -1);
+    cr_expect_eq(xmp_cgroup_memsw(1 << 30, -1), -1);
+    cr_expect_eq(xmp_cgroup_memsw(INT64_MAX, 1), -1);
+}
+
+Test(limits, cpuset_list)
+{
+    cpu_set_t s;
+    char buf[64];
+
+    CPU_ZERO(&s);
+    cr_assert_eq(xmp_cgroup_format_cpuset(&s, buf, sizeof(buf)), 0);
+    cr_expect_str_eq(buf, "");
+    CPU_SET(0, &s);
+    CPU_SET(1, &s);
+    CPU_SET(2, &s);
+    CPU_SET(3, &s);
+    CPU_SET(8, &s);
+    CPU_SET(10, &s);
+    CPU_SET(11, &s);
+    cr_assert_eq(xmp_cgroup_format_cpuset(&s, buf, sizeof(buf)), 0);
+    cr_expect_str_eq(buf, "0-3,8,10-11");
+    CPU_ZERO(&s);
+    CPU_SET(CPU_SETSIZE - 1, &s);
+    cr_assert_eq(xmp_cgroup_format_cpuset(&s, buf, sizeof(buf)), 0);
+    cr_expect_str_eq(buf, "1023");
+    CPU_SET(0, &s);
+    cr_expect_eq(xmp_cgroup_format_cpuset(&s, buf, 4), -1);
+}
+
+Test(limits, ticks_to_usec)
+{
+    cr_expect_eq(xmp_cgroup_ticks_to_usec(250, 100), 2500000);
+    cr_expect_eq(xmp_cgroup_ticks_to_usec(1, 300), 3333);
+    cr_expect_eq(xmp_cgroup_ticks_to_usec(-1, 100), -1);
+}
+
+Test(own, self_leaf_pid)
+{
+    pid_t pid = 0;
+
+    cr_expect(xmp_cgroup_self_leaf_pid("xmprun-self-4242", &pid));
+    cr_expect_eq(pid, 4242);
+    cr_expect_not(xmp_cgroup_self_leaf_pid("xmprun-self-", &pid));
+    cr_expect_not(xmp_cgroup_self_leaf_pid("xmprun-self-0", &pid));
+    cr_expect_not(xmp_cgroup_self_leaf_pid("xmprun-self-12x", &pid));
+    cr_expect_not(xmp_cgroup_self_leaf_pid("xmprun-self--3", &pid));
+    cr_expect_not(xmp_cgroup_self_leaf_pid("xmprun-self-99999999999", &pid));
+    cr_expect_not(xmp_cgroup_self_leaf_pid("xmprun-job-12", &pid));
+}
+
+Test(keyed, flat_keyed_files)
+{
+    const char *events = "low 0\nhigh 12\nmax 3\noom 2\noom_kill 1\noom_group_kill 0\n";
+    const char *oom_control = "oom_kill_disable 0\nunder_oom 0\noom_kill 7";
+
+    cr_expect_eq(xmp_cg_keyed(events, "oom_kill"), 1);
+    cr_expect_eq(xmp_cg_keyed(events, "oom"), 2); /* a key, not a prefix of another */
+    cr_expect_eq(xmp_cg_keyed(events, "high"), 12);
+    cr_expect_eq(xmp_cg_keyed(oom_control, "oom_kill"), 7);
+    cr_expect_eq(xmp_cg_keyed("populated 0\nfrozen 1\n", "populated"), 0);
+    cr_expect_eq(xmp_cg_keyed("usage_usec 5\nuser_usec 3\n", "system_usec"), -1);
+    cr_expect_eq(xmp_cg_keyed("", "x"), -1);
+}

@@ -1,0 +1,279 @@
+/* The cgroup layer on the real cgroups of this machine (hybrid, legacy or pure v2): create, limits
+ * read back from the kernel's files, attach, kill, a real OOM kill, gc and destroy. Needs root and
+ * a writable cgroupfs; skipped otherwise. Every test checks that it left no "xmprun-test-<pid>-"
+ * directory behind, and the fixture removes any it finds so that a failing test cannot leak. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* cpu_set_t macros, pipe2 */
+#endif
+#include "unit/cgroup_live_helpers.h"
+
+LIVE_TEST(create_limits_destroy)
+{
+    struct xmp_cgroup *job, *w0 = NULL, *w1 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128], r0[160], r1[160];
+
+    job = make_job("limits", 512 << 20, name, sizeof(name));
+    xmp_limits_init(&l);
+    l.memory = 128 << 20;
+    l.memory_high = 100 << 20;
+    l.swap = 0;
+    l.cpus_milli = 500;
+    l.pids = 64;
+    l.has_cpus = true;
+    CPU_SET(0, &l.cpus);
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
+    xmp_limits_init(&l);
+    l.memory = 256 << 20;
+    l.cpus_milli = 1500;
+    l.pids = 128;
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-1", &l, &w1, &err), 0, "%s", err.msg);
+    snprintf(r0, sizeof(r0), "%s/worker-0", name);
+    snprintf(r1, sizeof(r1), "%s/worker-1", name);
+    cr_expect(strstr(xmp_cgroup_path(w0), r0) != NULL, "path %s", xmp_cgroup_path(w0));
+
+    if (MODE == XMP_CGROUP_MODE_UNIFIED) {
+        expect("", name, "memory.max", "536870912");
+        expect("", r0, "memory.max", "134217728");
+        expect("", r0, "memory.high", "104857600");
+        char swapfile[200];
+        snprintf(swapfile, sizeof(swapfile), "%s/memory.swap.max", r0);
+        if (exists_in("", swapfile))
+            expect("", r0, "memory.swap.max", "0");
+        expect("", r0, "cpu.max", "50000 100000");
+        expect("", r0, "cpuset.cpus", "0");
+        expect("", r0, "pids.max", "64");
+        expect("", r1, "memory.max", "268435456");
+        expect("", r1, "cpu.max", "150000 100000");
+        expect("", r1, "pids.max", "128");
+        expect("", r1, "memory.high", "max");
+    } else {
+        expect("memory", name, "memory.limit_in_bytes", "536870912");
+        expect("memory", r0, "memory.limit_in_bytes", "134217728");
+        expect("memory", r0, "memory.soft_limit_in_bytes", "104857600");
+        if (exists_in("memory", "memory.memsw.limit_in_bytes"))
+            expect("memory", r0, "memory.memsw.limit_in_bytes", "134217728");
+        expect("cpu", r0, "cpu.cfs_period_us", "100000");
+        expect("cpu", r0, "cpu.cfs_quota_us", "50000");
+        expect("cpu", r1, "cpu.cfs_quota_us", "150000");
+        expect("cpuset", r0, "cpuset.cpus", "0");
+        char *pm = read_cg("cpuset", ".", "cpuset.mems");
+        expect("cpuset", r0, "cpuset.mems", pm);
+        expect("cpuset", r1, "cpuset.mems", pm);
+        free(pm);
+        expect("pids", r0, "pids.max", "64");
+        expect("pids", r1, "pids.max", "128");
+        expect("memory", r1, "memory.limit_in_bytes", "268435456");
+        if (MODE == XMP_CGROUP_MODE_HYBRID)
+            cr_expect(exists_in("", r1), "no %s in the cgroup2 tracking tree", r1);
+    }
+    if (MODE != XMP_CGROUP_MODE_LEGACY)
+        cr_expect_geq(xmp_cgroup_dirfd(w0), 0);
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    for (size_t i = 0; i < NH; i++)
+        cr_expect(!exists_in(H[i].ctrl, name), "%s left in %s", name, H[i].dir);
+    assert_clean();
+}
+
+LIVE_TEST(attach_shows_in_every_hierarchy)
+{
+    struct xmp_cgroup *job, *w0 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128], path[64];
+    pid_t pid;
+
+    job = make_job("attach", -1, name, sizeof(name));
+    xmp_limits_init(&l);
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
+    pid = spawn_attached(w0, NULL);
+    snprintf(path, sizeof(path), "/proc/%ld/cgroup", (long)pid);
+    char *text = slurp(path);
+    cr_assert_not_null(text);
+    for (size_t i = 0; i < NH; i++) {
+        char got[1024], want[1200];
+        cr_assert_eq(xmp_cgroup_parse_proc(text, H[i].ctrl, got, sizeof(got), NULL, NULL), 0);
+        snprintf(want, sizeof(want), "%s%s%s/worker-0", H[i].own, strcmp(H[i].own, "/") ? "/" : "",
+                 name);
+        cr_expect_str_eq(got, want, "%s: %s, want %s", H[i].ctrl[0] ? H[i].ctrl : "cgroup2", got,
+                         want);
+    }
+    free(text);
+    cr_expect(!xmp_cgroup_is_empty(w0));
+    cr_expect(!xmp_cgroup_is_empty(job));
+    /* destroy kills what is left; the unreaped zombie must not hold the cgroup up. */
+    struct timespec t0, t1;
+    int status = 0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "status %#x", status);
+    cr_expect_lt(t1.tv_sec - t0.tv_sec, 3, "destroy took %ld s", (long)(t1.tv_sec - t0.tv_sec));
+    assert_clean();
+}
+
+LIVE_TEST(kill_empties_the_cgroup)
+{
+    struct xmp_cgroup *job, *w0 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128];
+    int status = 0;
+    pid_t pid;
+
+    job = make_job("kill", -1, name, sizeof(name));
+    xmp_limits_init(&l);
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
+    pid = spawn_attached(w0, fork_grandchild);
+    cr_assert_eq(xmp_cgroup_kill(job, &err), 0, "kill: %s", err.msg);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "status %#x", status);
+    /* The grandchild is reaped by init or a subreaper: wait for the cgroup to report empty. */
+    bool empty = false;
+    for (int i = 0; i < 500 && !(empty = xmp_cgroup_is_empty(job)); i++)
+        usleep(10000);
+    cr_expect(empty, "cgroup not empty 5 s after kill");
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}
+
+static void
+eat_256m(void)
+{
+    size_t size = 256u << 20;
+    char *p = malloc(size);
+
+    if (p == NULL)
+        _exit(3);
+    for (size_t i = 0; i < size; i += 4096)
+        p[i] = 1;
+    _exit(0);
+}
+
+/* The fallback for kernels without cgroup.kill, run on this kernel's cgroup2 tree. */
+LIVE_TEST(freeze_kill_without_cgroup_kill)
+{
+    struct xmp_cgroup *job, *w0 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128], dir[1300];
+    int status = 0;
+    pid_t pid;
+
+    if (MODE == XMP_CGROUP_MODE_LEGACY)
+        cr_skip_test("no cgroup2 tree in legacy mode");
+    job = make_job("freeze", -1, name, sizeof(name));
+    xmp_limits_init(&l);
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
+    pid = spawn_attached(w0, fork_grandchild);
+    snprintf(dir, sizeof(dir), "%s/%s", hier("")->dir, name);
+    cr_assert_eq(xmp_cg2_freeze_kill(dir, &err), 0, "freeze kill: %s", err.msg);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "status %#x", status);
+    bool empty = false;
+    for (int i = 0; i < 500 && !(empty = xmp_cg2_is_empty(dir)); i++)
+        usleep(10000);
+    cr_expect(empty, "cgroup not empty 5 s after the freeze kill");
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}
+
+LIVE_TEST(oom_kill_is_reported)
+{
+    struct xmp_cgroup *job, *w0 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    struct xmp_cgroup_stats st;
+    char name[128];
+    int status = 0;
+    pid_t pid;
+
+    job = make_job("oom", -1, name, sizeof(name));
+    xmp_limits_init(&l);
+    l.memory = 64 << 20;
+    l.swap = 0;
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
+    pid = spawn_attached(w0, eat_256m);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "status %#x", status);
+    cr_assert_eq(xmp_cgroup_read_stats(w0, &st, &err), 0, "stats: %s", err.msg);
+    cr_expect_geq(st.oom_kills, 1, "oom_kills %ld", (long)st.oom_kills);
+    cr_expect_gt(st.memory_peak, 48 << 20, "peak %ld", (long)st.memory_peak);
+    cr_expect_leq(st.memory_peak, 65 << 20, "peak %ld", (long)st.memory_peak);
+    cr_expect_gt(st.user_usec + st.system_usec, 0, "no CPU time accounted");
+    cr_log_info("worker stats: peak %ld, oom_kills %ld, user %ld us, system %ld us",
+                (long)st.memory_peak, (long)st.oom_kills, (long)st.user_usec, (long)st.system_usec);
+    cr_assert_eq(xmp_cgroup_read_stats(job, &st, &err), 0, "job stats: %s", err.msg);
+    /* memory.events is hierarchical on v2; v1's memory.oom_control counts the cgroup itself. */
+    if (MODE == XMP_CGROUP_MODE_UNIFIED)
+        cr_expect_geq(st.oom_kills, 1, "job oom_kills %ld", (long)st.oom_kills);
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}
+
+static bool
+orphan_by_suffix(const char *name, void *data)
+{
+    const char *prefix = data;
+    size_t pl = strlen(prefix);
+
+    /* Only this test's own jobs: never touch another process's cgroups. */
+    return strncmp(name, prefix, pl) == 0 && strcmp(name + pl, "orphan") == 0;
+}
+
+LIVE_TEST(gc_removes_orphans_only)
+{
+    struct xmp_cgroup *orphan, *keep, *w0 = NULL, *k0 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char oname[128], kname[128], prefix[64];
+    int status = 0;
+    pid_t pid;
+
+    orphan = make_job("orphan", 256 << 20, oname, sizeof(oname));
+    keep = make_job("keep", 256 << 20, kname, sizeof(kname));
+    xmp_limits_init(&l);
+    cr_assert_eq(xmp_cgroup_create_child(orphan, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
+    cr_assert_eq(xmp_cgroup_create_child(keep, "worker-0", &l, &k0, &err), 0, "%s", err.msg);
+    pid = spawn_attached(w0, NULL);
+    snprintf(prefix, sizeof(prefix), "xmprun-test-%ld-", (long)getpid());
+    cr_assert_eq(xmp_cgroup_gc(MODE, orphan_by_suffix, prefix, &err), 1, "gc: %s", err.msg);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "status %#x", status);
+    for (size_t i = 0; i < NH; i++) {
+        cr_expect(!exists_in(H[i].ctrl, oname), "gc left %s in %s", oname, H[i].dir);
+        cr_expect(exists_in(H[i].ctrl, kname), "gc removed %s in %s", kname, H[i].dir);
+    }
+    /* The orphan's object is stale now; destroying it must still succeed and free it. */
+    cr_expect_eq(xmp_cgroup_destroy(orphan, &err), 0, "destroy stale: %s", err.msg);
+    cr_assert_eq(xmp_cgroup_destroy(keep, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}
+
+LIVE_TEST(destroy_null_and_bad_names)
+{
+    struct xmp_cgroup *job, *c = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128];
+
+    cr_expect_eq(xmp_cgroup_destroy(NULL, &err), 0);
+    xmp_limits_init(&l);
+    cr_expect_eq(xmp_cgroup_create_job(MODE, "../escape", &l, &job, &err), -1);
+    cr_expect_eq(err.errnum, EINVAL);
+    job = make_job("names", -1, name, sizeof(name));
+    cr_expect_eq(xmp_cgroup_create_child(job, "a/b", &l, &c, &err), -1);
+    cr_expect_null(c);
+    /* A name in use is refused, and the failed create leaves the existing cgroups alone. */
+    struct xmp_cgroup *again = NULL;
+    cr_expect_eq(xmp_cgroup_create_job(MODE, name, NULL, &again, &err), -1);
+    cr_expect_eq(err.errnum, EEXIST, "%s", err.msg);
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", NULL, &c, &err), 0, "%s", err.msg);
+    cr_expect_eq(xmp_cgroup_create_child(job, "worker-0", NULL, &again, &err), -1);
+    for (size_t i = 0; i < NH; i++)
+        cr_expect(exists_in(H[i].ctrl, name), "%s gone from %s", name, H[i].dir);
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}

@@ -1,0 +1,901 @@
+/* Job spec parser: bad specs with the exact position and message of their first error, good
+ * specs with every parsed field, defaults, --set, the spec-less form, and hostile input (alias
+ * bombs, a 10 MB file). All specs are in-memory text. Quantity parsers: test_quantity.c. */
+#include "runner/spec.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BASE "version: 1\nname: a\ncommand: x\n"
+
+static int
+load_len(const char *yaml, size_t len, char *const *sets, size_t n_sets, struct xmp_spec *spec,
+         struct xmp_diags *diags)
+{
+    struct xmp_spec_source src = {
+        .path = "job.yaml",
+        .text = yaml,
+        .text_len = len,
+        .sets = sets,
+        .n_sets = n_sets,
+        .cwd = "/",
+    };
+
+    return xmp_spec_load(&src, spec, diags);
+}
+
+static int
+load_sets(const char *yaml, char *const *sets, size_t n_sets, struct xmp_spec *spec,
+          struct xmp_diags *diags)
+{
+    return load_len(yaml, strlen(yaml), sets, n_sets, spec, diags);
+}
+
+static void
+expect_first(const struct xmp_diags *d, const char *file, int line, int col, const char *msg)
+{
+    cr_assert(d->count > 0, "expected an error \"%s\", got none", msg);
+    cr_expect_str_eq(d->items[0].file, file);
+    cr_expect_str_eq(d->items[0].msg, msg);
+    cr_expect_eq(d->items[0].line, line, "line %d, want %d (%s)", d->items[0].line, line, msg);
+    cr_expect_eq(d->items[0].col, col, "col %d, want %d (%s)", d->items[0].col, col, msg);
+}
+
+static void
+check_bad(const char *yaml, size_t len, int line, int col, const char *msg)
+{
+    struct xmp_spec spec;
+    struct xmp_diags d;
+
+    cr_assert_eq(load_len(yaml, len, NULL, 0, &spec, &d), -1, "accepted: %s", yaml);
+    expect_first(&d, "job.yaml", line, col, msg);
+    /* Nothing half-filled is handed back on failure. */
+    cr_expect_null(spec.name);
+    cr_expect_null(spec.command);
+}
+
+#define BAD(id, yaml, line, col, msg)                                                              \
+    Test(bad, id)                                                                                  \
+    {                                                                                              \
+        check_bad(yaml, sizeof(yaml) - 1, line, col, msg);                                         \
+    }
+
+/* version, name, command */
+BAD(version_2, "version: 2\nname: a\ncommand: x\n", 1, 10,
+    "version: unsupported version 2 (this xmprun reads version 1)")
+BAD(version_quoted, "version: \"1\"\nname: a\ncommand: x\n", 1, 10,
+    "version: expected the integer 1, got the string \"1\"")
+BAD(version_float, "version: 1.0\nname: a\ncommand: x\n", 1, 10,
+    "version: expected the integer 1, got \"1.0\"")
+BAD(version_huge, "version: 99999999999999999999999\nname: a\ncommand: x\n", 1, 10,
+    "version: expected the integer 1, got \"99999999999999999999999\"")
+BAD(missing_version, "name: a\ncommand: x\n", 1, 1, "version: required key is missing")
+BAD(missing_name, "version: 1\ncommand: x\n", 1, 1, "name: required key is missing")
+BAD(missing_command, "version: 1\nname: a\n", 1, 1, "command: required key is missing")
+BAD(name_space, "version: 1\nname: my job\ncommand: x\n", 2, 7,
+    "name: \"my job\" is not a valid name (1-63 letters, digits, '.', '_' or '-', starting with a "
+    "letter or digit)")
+BAD(name_dash, "version: 1\nname: -a\ncommand: x\n", 2, 7,
+    "name: \"-a\" is not a valid name (1-63 letters, digits, '.', '_' or '-', starting with a "
+    "letter or digit)")
+BAD(name_64,
+    "version: 1\nname: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n"
+    "command: x\n",
+    2, 7,
+    "name: \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\" is not a valid name "
+    "(1-63 letters, digits, '.', '_' or '-', starting with a letter or digit)")
+BAD(name_list, "version: 1\nname: [a]\ncommand: x\n", 2, 7, "name: expected a string, got a list")
+BAD(name_null, "version: 1\nname:\ncommand: x\n", 2, 6, "name: expected a string, got null")
+BAD(command_empty_list, "version: 1\nname: a\ncommand: []\n", 3, 10,
+    "command: must not be an empty list")
+BAD(command_empty_string, "version: 1\nname: a\ncommand: \"\"\n", 3, 10,
+    "command: must not be empty")
+BAD(command_map, "version: 1\nname: a\ncommand: {a: 1}\n", 3, 10,
+    "command: expected a list of strings or one string, got a mapping")
+BAD(command_nested, "version: 1\nname: a\ncommand: [x, [y]]\n", 3, 14,
+    "command[1]: expected a string, got a list")
+BAD(command_null_item, "version: 1\nname: a\ncommand: [x, ~]\n", 3, 14,
+    "command[1]: expected a string, got null")
+BAD(command_empty_program, "version: 1\nname: a\ncommand: [\"\", x]\n", 3, 11,
+    "command[0]: must not be empty")
+
+/* workdir, env, inherit_env */
+BAD(workdir_missing, BASE "workdir: /nonexistent-xmprun-dir\n", 4, 10,
+    "workdir: \"/nonexistent-xmprun-dir\" does not exist")
+BAD(workdir_file, BASE "workdir: /etc/passwd\n", 4, 10,
+    "workdir: \"/etc/passwd\" is not a directory")
+BAD(workdir_empty, BASE "workdir: ''\n", 4, 10, "workdir: must not be empty")
+BAD(env_list, BASE "env: [A]\n", 4, 6, "env: expected a mapping of NAME: value, got a list")
+BAD(env_bad_name, BASE "env: {1A: x}\n", 4, 7,
+    "env.1A: not a valid variable name (letters, digits and _, not starting with a digit)")
+BAD(env_dash_name, BASE "env:\n  A-B: x\n", 5, 3,
+    "env.A-B: not a valid variable name (letters, digits and _, not starting with a digit)")
+BAD(env_rank, BASE "env:\n  RANK: 0\n", 5, 3,
+    "env.RANK: RANK is set by xmprun for each worker and cannot be set in the spec")
+BAD(env_master_addr, BASE "env: {MASTER_ADDR: x}\n", 4, 7,
+    "env.MASTER_ADDR: MASTER_ADDR is set by xmprun for each worker and cannot be set in the spec")
+BAD(env_restart_count, BASE "env: {XMPRUN_RESTART_COUNT: 1}\n", 4, 7,
+    "env.XMPRUN_RESTART_COUNT: XMPRUN_RESTART_COUNT is set by xmprun for each worker and cannot "
+    "be set in the spec")
+BAD(env_null, BASE "env:\n  A:\n", 5, 5, "env.A: expected a string, number or boolean, got null")
+BAD(env_list_value, BASE "env: {A: [1]}\n", 4, 10,
+    "env.A: expected a string, number or boolean, got a list")
+BAD(inherit_yes, BASE "inherit_env: yes\n", 4, 14,
+    "inherit_env: expected true or false, got \"yes\" (write true)")
+BAD(inherit_off, BASE "inherit_env: off\n", 4, 14,
+    "inherit_env: expected true or false, got \"off\" (write false)")
+BAD(inherit_quoted, BASE "inherit_env: \"false\"\n", 4, 14,
+    "inherit_env: expected true or false, got the string \"false\" (remove the quotes)")
+BAD(inherit_int, BASE "inherit_env: 1\n", 4, 14, "inherit_env: expected true or false, got \"1\"")
+
+/* workers, devices */
+BAD(workers_zero, BASE "workers: 0\n", 4, 10,
+    "workers: expected an integer >= 1 or \"auto\", got \"0\"")
+BAD(workers_negative, BASE "workers: -2\n", 4, 10,
+    "workers: expected an integer >= 1 or \"auto\", got \"-2\"")
+BAD(workers_float, BASE "workers: 1.5\n", 4, 10,
+    "workers: expected an integer >= 1 or \"auto\", got \"1.5\"")
+BAD(workers_quoted, BASE "workers: \"4\"\n", 4, 10,
+    "workers: expected an integer >= 1 or \"auto\", got the string \"4\" (remove the quotes)")
+BAD(workers_huge, BASE "workers: 99999999999999999999\n", 4, 10,
+    "workers: 99999999999999999999 is too large (maximum 2147483647)")
+BAD(workers_int32, BASE "workers: 2147483648\n", 4, 10,
+    "workers: 2147483648 is too large (maximum 2147483647)")
+BAD(workers_octal, BASE "workers: 010\n", 4, 10,
+    "workers: expected an integer >= 1 or \"auto\", got \"010\" (leading zeros are not allowed)")
+BAD(workers_hex, BASE "workers: 0x10\n", 4, 10,
+    "workers: expected an integer >= 1 or \"auto\", got \"0x10\"")
+BAD(workers_word, BASE "workers: many\n", 4, 10,
+    "workers: expected an integer >= 1 or \"auto\", got \"many\"")
+BAD(kind_gpu, BASE "devices: {kind: gpu}\n", 4, 17,
+    "devices.kind: expected one of auto, cuda, tpu, cpu, got \"gpu\" (did you mean \"cuda\"?)")
+BAD(kind_typo, BASE "devices: {kind: cdua}\n", 4, 17,
+    "devices.kind: expected one of auto, cuda, tpu, cpu, got \"cdua\" (did you mean \"cuda\"?)")
+BAD(kind_list, BASE "devices: {kind: [cuda]}\n", 4, 17,
+    "devices.kind: expected one of auto, cuda, tpu, cpu, got a list")
+BAD(ids_string, BASE "devices: {ids: \"0,1\"}\n", 4, 16,
+    "devices.ids: expected \"all\" or a list of device indices or GPU UUIDs, got the string "
+    "\"0,1\"")
+BAD(ids_empty, BASE "devices: {ids: []}\n", 4, 16,
+    "devices.ids: must not be an empty list (use all)")
+BAD(ids_negative, BASE "devices:\n  ids: [0, -1]\n", 5, 12,
+    "devices.ids[1]: expected an integer >= 0, got \"-1\"")
+BAD(ids_duplicate, BASE "devices:\n  ids: [0, 1, 0]\n", 5, 15,
+    "devices.ids[2]: device 0 is listed twice")
+BAD(ids_word, BASE "devices:\n  ids: [abc]\n", 5, 9,
+    "devices.ids[0]: expected a device index (integer >= 0) or a GPU UUID (\"GPU-...\"), got "
+    "\"abc\"")
+BAD(per_worker_zero, BASE "devices:\n  per_worker: 0\n", 5, 15,
+    "devices.per_worker: expected an integer >= 1, got \"0\"")
+BAD(devices_unknown, BASE "devices:\n  kinds: cuda\n", 5, 3,
+    "devices.kinds: unknown key (did you mean \"kind\"?)")
+BAD(devices_scalar, BASE "devices: cuda\n", 4, 10, "devices: expected a mapping, got \"cuda\"")
+
+/* resources */
+#define RW BASE "resources:\n  worker:\n    "
+BAD(memory_gb, RW "memory: 8GB\n", 6, 13,
+    "resources.worker.memory: \"8GB\" is not a memory quantity (use 8Gi or 8G)")
+BAD(memory_gib, RW "memory: 8GiB\n", 6, 13,
+    "resources.worker.memory: \"8GiB\" is not a memory quantity (use 8Gi)")
+BAD(memory_lower_m, RW "memory: 512m\n", 6, 13,
+    "resources.worker.memory: \"512m\" is not a memory quantity (did you mean 512Mi?)")
+BAD(memory_zero, RW "memory: 0\n", 6, 13, "resources.worker.memory: must be greater than 0")
+BAD(memory_negative, RW "memory: -1Gi\n", 6, 13,
+    "resources.worker.memory: \"-1Gi\" is not a memory quantity (it must not be negative)")
+BAD(memory_huge, RW "memory: 99999999Ti\n", 6, 13,
+    "resources.worker.memory: \"99999999Ti\" is too large")
+BAD(memory_word, RW "memory: lots\n", 6, 13,
+    "resources.worker.memory: \"lots\" is not a memory quantity (examples: 8Gi, 512Mi, 2G, "
+    "1073741824)")
+BAD(memory_list, RW "memory: [1]\n", 6, 13,
+    "resources.worker.memory: expected a memory quantity (e.g. 8Gi), got a list")
+BAD(memory_high_above, RW "memory: 8Gi\n    memory_high: 9Gi\n", 7, 18,
+    "resources.worker.memory_high: \"9Gi\" is above resources.worker.memory (\"8Gi\")")
+BAD(memory_high_zero, RW "memory_high: 0\n", 6, 18,
+    "resources.worker.memory_high: must be greater than 0")
+BAD(swap_word, RW "swap: some\n", 6, 11,
+    "resources.worker.swap: \"some\" is not a memory quantity (examples: 8Gi, 512Mi, 2G, "
+    "1073741824)")
+BAD(cpus_zero, RW "cpus: 0\n", 6, 11,
+    "resources.worker.cpus: \"0\" is not a CPU quantity (it must be greater than 0)")
+BAD(cpus_precise, RW "cpus: 0.0005\n", 6, 11,
+    "resources.worker.cpus: \"0.0005\" is too precise (at most 3 decimals: 0.001 = 1m)")
+BAD(cpus_milli_decimal, RW "cpus: 1.5m\n", 6, 11,
+    "resources.worker.cpus: \"1.5m\" is not a CPU quantity (examples: 4, 0.5, 500m)")
+BAD(cpus_negative, RW "cpus: -1\n", 6, 11,
+    "resources.worker.cpus: \"-1\" is not a CPU quantity (it must be greater than 0)")
+BAD(cpuset_descending, RW "cpuset: 7-0\n", 6, 13,
+    "resources.worker.cpuset: \"7-0\" is not a CPU list (range 7-0 is descending)")
+BAD(cpuset_syntax, RW "cpuset: \"0-7,,8\"\n", 6, 13,
+    "resources.worker.cpuset: \"0-7,,8\" is not a CPU list (expected auto, none or a list like "
+    "\"0-7,16\")")
+BAD(cpuset_range, RW "cpuset: 5000\n", 6, 13,
+    "resources.worker.cpuset: CPU 5000 is out of range (at most 1023)")
+BAD(pids_zero, RW "pids: 0\n", 6, 11, "resources.worker.pids: expected an integer >= 1, got \"0\"")
+BAD(worker_typo, RW "memroy: 1Gi\n", 6, 5,
+    "resources.worker.memroy: unknown key (did you mean \"memory\"?)")
+BAD(shared_exec, BASE "resources:\n  shared:\n    memory: 1Gi\n", 6, 13,
+    "resources.shared.memory: only valid with start: fork")
+BAD(job_memory_zero, BASE "resources:\n  job: {memory: 0}\n", 5, 17,
+    "resources.job.memory: must be greater than 0")
+BAD(resources_typo, BASE "resources:\n  workers: {}\n", 5, 3,
+    "resources.workers: unknown key (did you mean \"worker\"?)")
+
+/* start, isolation, on_failure, timeout, logs, report, distributed */
+BAD(start_spawn, BASE "start: spawn\n", 4, 8, "start: expected one of exec, fork, got \"spawn\"")
+BAD(cgroups_maybe, BASE "isolation: {cgroups: maybe}\n", 4, 22,
+    "isolation.cgroups: expected one of required, optional, off, got \"maybe\"")
+BAD(seccomp_empty, BASE "isolation: {seccomp: \"\"}\n", 4, 22,
+    "isolation.seccomp: must not be empty")
+BAD(no_new_privs_no, BASE "isolation: {no_new_privs: no}\n", 4, 27,
+    "isolation.no_new_privs: expected true or false, got \"no\" (write false)")
+BAD(action_stop, BASE "on_failure: {action: stop}\n", 4, 22,
+    "on_failure.action: expected one of kill-all, continue, got \"stop\"")
+BAD(action_typo, BASE "on_failure: {action: kill_all}\n", 4, 22,
+    "on_failure.action: expected one of kill-all, continue, got \"kill_all\" (did you mean "
+    "\"kill-all\"?)")
+BAD(grace_no_unit, BASE "on_failure: {grace: 10}\n", 4, 21,
+    "on_failure.grace: \"10\" has no unit (write 10s)")
+BAD(grace_fraction, BASE "on_failure: {grace: 1.5s}\n", 4, 21,
+    "on_failure.grace: \"1.5s\" is not a duration (use whole numbers, e.g. 1500ms or 1m30s)")
+BAD(restarts_negative, BASE "on_failure: {restarts: -1}\n", 4, 24,
+    "on_failure.restarts: expected an integer >= 0, got \"-1\"")
+BAD(timeout_bad_unit, BASE "timeout: 1h30x\n", 4, 10,
+    "timeout: \"1h30x\" is not a duration (examples: 90s, 30m, 1h30m, 250ms)")
+BAD(timeout_negative, BASE "timeout: -5s\n", 4, 10,
+    "timeout: \"-5s\" is not a duration (it must not be negative)")
+BAD(timeout_map, BASE "timeout: {s: 1}\n", 4, 10,
+    "timeout: expected a duration (e.g. 90s, 1h30m), got a mapping")
+BAD(console_pretty, BASE "logs: {console: pretty}\n", 4, 17,
+    "logs.console: expected one of prefix, raw, rank0, none, got \"pretty\"")
+BAD(tail_negative, BASE "logs: {tail: -1}\n", 4, 14,
+    "logs.tail: expected an integer >= 0, got \"-1\"")
+BAD(log_dir_list, BASE "logs: {dir: [a]}\n", 4, 13, "logs.dir: expected a string, got a list")
+BAD(report_map, BASE "report: {a: 1}\n", 4, 9, "report: expected a string, got a mapping")
+BAD(nnodes_zero, BASE "distributed: {nnodes: 0}\n", 4, 23,
+    "distributed.nnodes: expected an integer >= 1 or \"auto\", got \"0\"")
+BAD(node_rank_too_big, BASE "distributed: {nnodes: 2, node_rank: 2}\n", 4, 37,
+    "distributed.node_rank: node_rank 2 must be less than nnodes 2")
+BAD(port_big, BASE "distributed: {master_port: 70000}\n", 4, 28,
+    "distributed.master_port: 70000 is too large (maximum 65535)")
+BAD(port_zero, BASE "distributed: {master_port: 0}\n", 4, 28,
+    "distributed.master_port: expected an integer from 1 to 65535, got \"0\"")
+BAD(master_addr_empty, BASE "distributed: {master_addr: ''}\n", 4, 28,
+    "distributed.master_addr: must not be empty")
+
+/* keys and YAML structure */
+BAD(top_typo, BASE "worker: 4\n", 4, 1, "worker: unknown key (did you mean \"workers\"?)")
+BAD(top_unknown, BASE "foo: 1\n", 4, 1, "foo: unknown key")
+BAD(top_case, BASE "Timeout: 5s\n", 4, 1, "Timeout: unknown key (did you mean \"timeout\"?)")
+BAD(tab_indent, BASE "resources:\n  worker:\n\tmemory: 1Gi\n", 6, 1,
+    "invalid YAML: tabs are not allowed for indentation; use spaces")
+BAD(duplicate_key, "version: 1\nname: a\ncommand: x\nname: b\n", 4, 1,
+    "name: duplicate key (first defined at line 2)")
+BAD(duplicate_nested, BASE "resources:\n  worker:\n    memory: 1Gi\n    memory: 2Gi\n", 7, 5,
+    "resources.worker.memory: duplicate key (first defined at line 6)")
+BAD(two_documents, BASE "---\nversion: 1\n", 4, 1,
+    "the spec must be a single YAML document (a second one starts here)")
+BAD(empty_file, "", 1, 1,
+    "empty spec: a job spec is a mapping with at least version, name and command")
+BAD(only_comments, "# a comment\n\n# another\n", 1, 1,
+    "empty spec: a job spec is a mapping with at least version, name and command")
+BAD(top_list, "- version: 1\n", 1, 1,
+    "the spec must be a mapping of keys (version, name, command, ...), got a list")
+BAD(top_scalar, "hello\n", 1, 1,
+    "the spec must be a mapping of keys (version, name, command, ...), got \"hello\"")
+BAD(bad_utf8, "version: 1\nname: a\xff\ncommand: x\n", 2, 8,
+    "invalid YAML: invalid leading UTF-8 octet (the spec must be UTF-8 text)")
+BAD(nul_byte, "version: 1\nname: a\0b\ncommand: x\n", 2, 8,
+    "invalid YAML: control characters are not allowed")
+BAD(unknown_alias, BASE "workers: *n\n", 4, 10, "invalid YAML: unknown alias *n")
+BAD(merge_scalar, BASE "resources:\n  <<: 1\n", 5, 7,
+    "resources.<<: a merge key takes a mapping or a list of mappings")
+BAD(unclosed_quote, "version: 1\nname: \"abc\ncommand: x\n", 4, 1,
+    "invalid YAML: found unexpected end of stream (while scanning a quoted scalar at line 2, "
+    "column 7)")
+BAD(list_key, BASE "? [a]\n: 1\n", 4, 3, "keys must be plain strings, not lists")
+BAD(bad_indent, "version: 1\n  name: a\n", 2, 7,
+    "invalid YAML: mapping values are not allowed in this context")
+
+/* ---- several errors at once, and the cap ---- */
+
+Test(multi, all_errors_reported_in_order)
+{
+    struct xmp_spec spec;
+    struct xmp_diags d;
+    const char *yaml = "version: 2\n"
+                       "name: a b\n"
+                       "command: []\n"
+                       "workers: 0\n"
+                       "resources:\n"
+                       "  worker:\n"
+                       "    memroy: 1Gi\n"
+                       "    memory: 8GB\n";
+
+    cr_assert_eq(load_sets(yaml, NULL, 0, &spec, &d), -1);
+    cr_assert_eq(d.count, 6);
+    cr_expect_eq(d.dropped, 0);
+    cr_expect_eq(d.items[0].line, 1);
+    cr_expect_str_eq(d.items[0].msg,
+                     "version: unsupported version 2 (this xmprun reads version 1)");
+    cr_expect_eq(d.items[1].line, 2);
+    cr_expect_eq(d.items[2].line, 3);
+    cr_expect_str_eq(d.items[2].msg, "command: must not be an empty list");
+    cr_expect_eq(d.items[3].line, 4);
+    cr_expect_eq(d.items[4].line, 7);
+    cr_expect_str_eq(d.items[4].msg,
+                     "resources.worker.memroy: unknown key (did you mean \"memory\"?)");
+    cr_expect_eq(d.items[5].line, 8);
+    cr_expect_eq(d.items[5].col, 13);
+    cr_expect_str_eq(d.items[5].msg,
+                     "resources.worker.memory: \"8GB\" is not a memory quantity (use 8Gi or 8G)");
+}
+
+Test(multi, capped_at_twenty)
+{
+    struct xmp_spec spec;
+    struct xmp_diags d;
+    char yaml[4096];
+    size_t o = 0;
+
+    o += (size_t)snprintf(yaml + o, sizeof(yaml) - o, BASE "env:\n");
+    for (int i = 0; i < 25; i++)
+        o += (size_t)snprintf(yaml + o, sizeof(yaml) - o, "  %dX: v\n", i);
+    cr_assert_eq(load_sets(yaml, NULL, 0, &spec, &d), -1);
+    cr_expect_eq(d.count, XMP_SPEC_MAX_ERRORS);
+    cr_expect_eq(d.dropped, 5);
+    for (size_t i = 0; i < d.count; i++)
+        cr_expect_eq(d.items[i].line, 5 + (int)i);
+    cr_expect_str_eq(d.items[0].msg, "env.0X: not a valid variable name (letters, digits and _, "
+                                     "not starting with a digit)");
+}
+
+/* ---- good specs ---- */
+
+Test(good, every_field)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    const char *yaml = "version: 1\n"
+                       "name: mnist-ddp_2.0\n"
+                       "command: [python3, train.py, --epochs, 3, true]\n"
+                       "workdir: tmp\n"
+                       "env: {OMP_NUM_THREADS: 4, DEBUG: true, EMPTY: '', PI: 3.14}\n"
+                       "inherit_env: false\n"
+                       "workers: 8\n"
+                       "devices:\n"
+                       "  kind: cuda\n"
+                       "  ids: [0, 3, GPU-8f6a2c1e-1b2c-4d5e-8f90-123456789abc]\n"
+                       "  per_worker: 2\n"
+                       "resources:\n"
+                       "  worker:\n"
+                       "    memory: 8Gi\n"
+                       "    memory_high: 7.5Gi\n"
+                       "    swap: 0\n"
+                       "    cpus: \"500m\"\n"
+                       "    cpuset: 0-7,16\n"
+                       "    pids: 4096\n"
+                       "  job:\n"
+                       "    memory: 64G\n"
+                       "  shared:\n"
+                       "    memory: 32Gi\n"
+                       "start: fork\n"
+                       "isolation:\n"
+                       "  cgroups: optional\n"
+                       "  seccomp: profiles/train.yaml\n"
+                       "  no_new_privs: False\n"
+                       "on_failure:\n"
+                       "  action: continue\n"
+                       "  grace: 1m30s\n"
+                       "  restarts: 3\n"
+                       "timeout: 1h30m\n"
+                       "logs:\n"
+                       "  console: rank0\n"
+                       "  dir: logs\n"
+                       "  tail: 0\n"
+                       "report: out/r.json\n"
+                       "distributed:\n"
+                       "  nnodes: 4\n"
+                       "  node_rank: 3\n"
+                       "  master_addr: 10.0.0.1\n"
+                       "  master_port: 1234\n";
+
+    cr_assert_eq(load_sets(yaml, NULL, 0, &s, &d), 0, "%s", d.count ? d.items[0].msg : "");
+    cr_expect_str_eq(s.file, "job.yaml");
+    cr_expect_eq(s.version, 1);
+    cr_expect_str_eq(s.name, "mnist-ddp_2.0");
+    cr_assert_eq(s.command_len, 5);
+    cr_expect_str_eq(s.command[0], "python3");
+    cr_expect_str_eq(s.command[3], "3");
+    cr_expect_str_eq(s.command[4], "true");
+    cr_expect_null(s.command[5]);
+    cr_expect_not(s.command_shell);
+    cr_expect_str_eq(s.workdir, "/tmp");
+    cr_assert_eq(s.env_len, 4);
+    cr_expect_str_eq(s.env[0].name, "OMP_NUM_THREADS");
+    cr_expect_str_eq(s.env[0].value, "4");
+    cr_expect_str_eq(s.env[1].value, "true");
+    cr_expect_str_eq(s.env[2].value, "");
+    cr_expect_str_eq(s.env[3].value, "3.14");
+    cr_expect_not(s.inherit_env);
+    cr_expect_eq(s.workers, 8);
+    cr_expect_eq(s.device_kind, XMP_DEVICE_CUDA);
+    cr_assert_eq(s.device_ids_len, 3);
+    cr_expect_str_eq(s.device_ids[0], "0");
+    cr_expect_str_eq(s.device_ids[1], "3");
+    cr_expect_str_eq(s.device_ids[2], "GPU-8f6a2c1e-1b2c-4d5e-8f90-123456789abc");
+    cr_expect_null(s.device_ids[3]);
+    cr_expect_eq(s.per_worker, 2);
+    cr_expect_eq(s.worker.memory, INT64_C(8) << 30);
+    cr_expect_eq(s.worker.memory_high, (INT64_C(15) << 30) / 2);
+    cr_expect_eq(s.worker.swap, 0);
+    cr_expect_eq(s.worker.cpus_milli, 500);
+    cr_expect_eq(s.worker.cpuset_mode, XMP_CPUSET_LIST);
+    cr_expect_str_eq(s.worker.cpuset, "0-7,16");
+    cr_expect_eq(s.worker.pids, 4096);
+    cr_expect_eq(s.job_memory, INT64_C(64000000000));
+    cr_expect_eq(s.shared_memory, INT64_C(32) << 30);
+    cr_expect_eq(s.start, XMP_START_FORK);
+    cr_expect_eq(s.cgroups, XMP_CGROUPS_OPTIONAL);
+    cr_expect_eq(s.seccomp, XMP_SECCOMP_PROFILE);
+    cr_expect_str_eq(s.seccomp_profile, "/tmp/profiles/train.yaml");
+    cr_expect_not(s.no_new_privs);
+    cr_expect_eq(s.on_failure, XMP_FAILURE_CONTINUE);
+    cr_expect_eq(s.grace_ms, 90000);
+    cr_expect_eq(s.restarts, 3);
+    cr_expect_eq(s.timeout_ms, 5400000);
+    cr_expect_eq(s.console, XMP_CONSOLE_RANK0);
+    cr_expect_str_eq(s.log_dir, "logs");
+    cr_expect_eq(s.log_tail, 0);
+    cr_expect_str_eq(s.report, "out/r.json");
+    cr_expect_eq(s.nnodes, 4);
+    cr_expect_eq(s.node_rank, 3);
+    cr_expect_str_eq(s.master_addr, "10.0.0.1");
+    cr_expect_eq(s.master_port, 1234);
+    xmp_spec_free(&s);
+    cr_expect_null(s.name);
+}
+
+Test(good, defaults)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+
+    cr_assert_eq(load_sets("version: 1\nname: a\ncommand: echo hi | cat\n", NULL, 0, &s, &d), 0);
+    cr_expect_eq(d.count, 0);
+    cr_assert_eq(s.command_len, 3);
+    cr_expect_str_eq(s.command[0], "/bin/sh");
+    cr_expect_str_eq(s.command[1], "-c");
+    cr_expect_str_eq(s.command[2], "echo hi | cat");
+    cr_expect(s.command_shell);
+    cr_expect_str_eq(s.workdir, "/");
+    cr_expect_eq(s.env_len, 0);
+    cr_expect(s.inherit_env);
+    cr_expect_eq(s.workers, 0);
+    cr_expect_eq(s.device_kind, XMP_DEVICE_AUTO);
+    cr_expect_null(s.device_ids);
+    cr_expect_eq(s.per_worker, 1);
+    cr_expect_eq(s.worker.memory, -1);
+    cr_expect_eq(s.worker.memory_high, -1);
+    cr_expect_eq(s.worker.swap, -1);
+    cr_expect_eq(s.worker.cpus_milli, -1);
+    cr_expect_eq(s.worker.cpuset_mode, XMP_CPUSET_AUTO);
+    cr_expect_null(s.worker.cpuset);
+    cr_expect_eq(s.worker.pids, -1);
+    cr_expect_eq(s.job_memory, -1);
+    cr_expect_eq(s.shared_memory, -1);
+    cr_expect_eq(s.start, XMP_START_EXEC);
+    cr_expect_eq(s.cgroups, XMP_CGROUPS_REQUIRED);
+    cr_expect_eq(s.seccomp, XMP_SECCOMP_DEFAULT);
+    cr_expect_null(s.seccomp_profile);
+    cr_expect(s.no_new_privs);
+    cr_expect_eq(s.on_failure, XMP_FAILURE_KILL_ALL);
+    cr_expect_eq(s.grace_ms, 10000);
+    cr_expect_eq(s.restarts, 0);
+    cr_expect_eq(s.timeout_ms, 0);
+    cr_expect_eq(s.console, XMP_CONSOLE_PREFIX);
+    cr_expect_null(s.log_dir);
+    cr_expect_eq(s.log_tail, 40);
+    cr_expect_null(s.report);
+    cr_expect_eq(s.nnodes, 1);
+    cr_expect_eq(s.node_rank, 0);
+    cr_expect_null(s.master_addr);
+    cr_expect_eq(s.master_port, 29500);
+    xmp_spec_free(&s);
+}
+
+Test(good, auto_words_and_alternatives)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    const char *yaml = "version: 1\nname: a\ncommand: [x]\nworkers: auto\n"
+                       "devices: {kind: cpu, ids: all}\n"
+                       "resources: {worker: {cpuset: none, cpus: 2.5, memory: 1073741824}}\n"
+                       "isolation: {cgroups: off, seccomp: off, no_new_privs: TRUE}\n"
+                       "timeout: 0\nlogs: {dir: '', console: none}\nreport: ''\n"
+                       "distributed: {nnodes: auto, node_rank: auto, master_addr: auto}\n";
+
+    cr_assert_eq(load_sets(yaml, NULL, 0, &s, &d), 0, "%s", d.count ? d.items[0].msg : "");
+    cr_expect_eq(s.workers, 0);
+    cr_expect_eq(s.device_kind, XMP_DEVICE_CPU);
+    cr_expect_null(s.device_ids);
+    cr_expect_eq(s.worker.cpuset_mode, XMP_CPUSET_NONE);
+    cr_expect_eq(s.worker.cpus_milli, 2500);
+    cr_expect_eq(s.worker.memory, 1073741824);
+    cr_expect_eq(s.cgroups, XMP_CGROUPS_OFF);
+    cr_expect_eq(s.seccomp, XMP_SECCOMP_OFF);
+    cr_expect(s.no_new_privs);
+    cr_expect_eq(s.timeout_ms, 0);
+    cr_expect_null(s.log_dir);
+    cr_expect_eq(s.console, XMP_CONSOLE_NONE);
+    cr_expect_null(s.report);
+    cr_expect_eq(s.nnodes, -1);
+    cr_expect_eq(s.node_rank, -1);
+    cr_expect_null(s.master_addr);
+    xmp_spec_free(&s);
+}
+
+/* Integers are decimal with an optional sign, as YAML 1.2 reads them. */
+Test(good, signed_integers)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+
+    cr_assert_eq(load_sets(BASE "workers: +10\non_failure: {restarts: +3}\n", NULL, 0, &s, &d), 0,
+                 "%s", d.count ? d.items[0].msg : "");
+    cr_expect_eq(s.workers, 10);
+    cr_expect_eq(s.restarts, 3);
+    xmp_spec_free(&s);
+}
+
+Test(good, anchors_aliases_and_merge_keys)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    const char *yaml = "version: 1\nname: a\n"
+                       "command: &cmd [python3, -m, train]\n"
+                       "env:\n"
+                       "  <<: &common {A: '1', B: '2'}\n"
+                       "  B: override\n"
+                       "resources:\n"
+                       "  worker: &w {memory: 2Gi, memory_high: 1Gi}\n"
+                       "  job: {memory: 4Gi}\n"
+                       "seccomp_anchor_free: &x 1\n";
+
+    /* The last key is unknown: aliases do not make unknown keys acceptable. */
+    cr_assert_eq(load_sets(yaml, NULL, 0, &s, &d), -1);
+    cr_expect_str_eq(d.items[0].msg, "seccomp_anchor_free: unknown key");
+    cr_assert_eq(load_sets("version: 1\nname: a\ncommand: &cmd [python3, -m, train]\n"
+                           "env:\n  <<: &common {A: '1', B: '2'}\n  B: override\n"
+                           "report: *cmd\n",
+                           NULL, 0, &s, &d),
+                 -1);
+    cr_expect_str_eq(d.items[0].msg, "report: expected a string, got a list");
+    cr_expect_eq(d.items[0].line, 7);
+    cr_assert_eq(load_sets("version: 1\nname: &n a\ncommand: [*n, *n]\n"
+                           "env:\n  <<: &common {A: '1', B: '2'}\n  B: override\n",
+                           NULL, 0, &s, &d),
+                 0);
+    cr_expect_str_eq(s.command[1], "a");
+    cr_assert_eq(s.env_len, 2);
+    cr_expect_str_eq(s.env[0].name, "B");
+    cr_expect_str_eq(s.env[0].value, "override");
+    cr_expect_str_eq(s.env[1].name, "A");
+    cr_expect_str_eq(s.env[1].value, "1");
+    xmp_spec_free(&s);
+}
+
+/* ---- --set ---- */
+
+Test(set, overrides_apply)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    char *sets[] = {"workers=4",       "command=[a, b]", "resources.worker.memory=4Gi",
+                    "env.FOO=bar baz", "logs.dir=",      "distributed.master_port=1234",
+                    "name=renamed",    "workers=2"};
+
+    cr_assert_eq(load_sets(BASE "resources: {worker: {memory: 1Gi, cpus: 2}}\n", sets, 8, &s, &d),
+                 0, "%s", d.count ? d.items[0].msg : "");
+    cr_expect_eq(s.workers, 2);
+    cr_assert_eq(s.command_len, 2);
+    cr_expect_str_eq(s.command[1], "b");
+    cr_expect_eq(s.worker.memory, INT64_C(4) << 30);
+    cr_expect_eq(s.worker.cpus_milli, 2000);
+    cr_assert_eq(s.env_len, 1);
+    cr_expect_str_eq(s.env[0].value, "bar baz");
+    cr_expect_null(s.log_dir);
+    cr_expect_eq(s.master_port, 1234);
+    cr_expect_str_eq(s.name, "renamed");
+    xmp_spec_free(&s);
+}
+
+Test(set, shared_alias_is_copied)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    char *sets[] = {"resources.worker.memory=3Gi"};
+
+    /* worker and job share one mapping through an alias; overriding one must not change the
+     * other. */
+    cr_assert_eq(
+        load_sets(BASE "resources:\n  worker: &m {memory: 1Gi}\n  job: *m\n", sets, 1, &s, &d), 0,
+        "%s", d.count ? d.items[0].msg : "");
+    cr_expect_eq(s.worker.memory, INT64_C(3) << 30);
+    cr_expect_eq(s.job_memory, INT64_C(1) << 30);
+    xmp_spec_free(&s);
+}
+
+static void
+check_set_bad(char *set, int col, const char *msg)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    char *sets[] = {"workers=1", set};
+
+    cr_assert_eq(load_sets(BASE, sets, 2, &s, &d), -1, "accepted --set %s", set);
+    expect_first(&d, "--set", 2, col, msg);
+}
+
+Test(set, bad_value_position)
+{
+    check_set_bad("resources.worker.memory=8GB", 25,
+                  "resources.worker.memory: \"8GB\" is not a memory quantity (use 8Gi or 8G)");
+}
+
+Test(set, unknown_key_did_you_mean)
+{
+    check_set_bad("resources.worker.memroy=1Gi", 18,
+                  "resources.worker.memroy: unknown key (did you mean \"memory\"?)");
+}
+
+Test(set, unknown_top_key)
+{
+    check_set_bad("wrokers=2", 1, "wrokers: unknown key (did you mean \"workers\"?)");
+}
+
+Test(set, path_into_leaf)
+{
+    check_set_bad("name.first=x", 6, "name.first: unknown key (name is not a mapping)");
+}
+
+Test(set, no_equals)
+{
+    check_set_bad("workers", 1,
+                  "\"workers\": expected KEY=VALUE (e.g. resources.worker.memory=4Gi)");
+}
+
+Test(set, empty_segment)
+{
+    check_set_bad("resources..memory=1", 11, "resources.: empty key in the path");
+}
+
+Test(set, bad_yaml_value)
+{
+    check_set_bad("command=[a, b", 14,
+                  "command: invalid YAML: did not find expected ',' or ']' (while parsing a flow "
+                  "sequence)");
+}
+
+Test(set, reserved_env)
+{
+    check_set_bad("env.RANK=3", 5,
+                  "env.RANK: RANK is set by xmprun for each worker and cannot be set in the spec");
+}
+
+Test(set, bad_int)
+{
+    check_set_bad("workers=-1", 9, "workers: expected an integer >= 1 or \"auto\", got \"-1\"");
+}
+
+Test(set, errors_even_when_the_file_is_broken)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    char *sets[] = {"timeuot=5s"};
+
+    cr_assert_eq(load_sets("", sets, 1, &s, &d), -1);
+    cr_assert_eq(d.count, 2);
+    cr_expect_str_eq(d.items[0].file, "job.yaml");
+    cr_expect_str_eq(d.items[1].file, "--set");
+    cr_expect_str_eq(d.items[1].msg, "timeuot: unknown key (did you mean \"timeout\"?)");
+}
+
+/* ---- spec-less form ---- */
+
+static int
+load_argv(char *const *argv, size_t argc, long workers, char *const *sets, size_t n_sets,
+          struct xmp_spec *s, struct xmp_diags *d)
+{
+    struct xmp_spec_source src = {.argv = argv,
+                                  .argc = argc,
+                                  .workers = workers,
+                                  .sets = sets,
+                                  .n_sets = n_sets,
+                                  .cwd = "/tmp"};
+
+    return xmp_spec_load(&src, s, d);
+}
+
+Test(specless, command_line)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    char *argv[] = {"/usr/bin/python3", "train.py", "--lr", "0.1"};
+
+    cr_assert_eq(load_argv(argv, 4, 4, NULL, 0, &s, &d), 0, "%s", d.count ? d.items[0].msg : "");
+    cr_expect_str_eq(s.file, "<command line>");
+    cr_expect_str_eq(s.name, "python3");
+    cr_assert_eq(s.command_len, 4);
+    cr_expect_str_eq(s.command[0], "/usr/bin/python3");
+    cr_expect_str_eq(s.command[3], "0.1");
+    cr_expect_not(s.command_shell);
+    cr_expect_eq(s.workers, 4);
+    cr_expect_str_eq(s.workdir, "/tmp");
+    cr_expect_eq(s.grace_ms, 10000);
+    xmp_spec_free(&s);
+}
+
+Test(specless, name_sanitized_and_sets_apply)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    char *argv[] = {"./.my tool@v2"};
+    char *sets[] = {"resources.worker.memory=1Gi"};
+
+    cr_assert_eq(load_argv(argv, 1, 0, sets, 1, &s, &d), 0, "%s", d.count ? d.items[0].msg : "");
+    cr_expect_str_eq(s.name, "job.my-tool-v2");
+    cr_expect_eq(s.workers, 0);
+    cr_expect_eq(s.worker.memory, INT64_C(1) << 30);
+    xmp_spec_free(&s);
+}
+
+Test(specless, long_name_truncated)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    char long_name[200];
+    char *argv[] = {long_name};
+
+    memset(long_name, 'x', sizeof(long_name) - 1);
+    long_name[sizeof(long_name) - 1] = '\0';
+    cr_assert_eq(load_argv(argv, 1, 2, NULL, 0, &s, &d), 0, "%s", d.count ? d.items[0].msg : "");
+    cr_expect_eq(strlen(s.name), 63);
+    xmp_spec_free(&s);
+}
+
+Test(specless, no_command)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    char *argv[] = {NULL};
+
+    cr_assert_eq(load_argv(argv, 0, 2, NULL, 0, &s, &d), -1);
+    expect_first(&d, "<command line>", 0, 0, "command: must not be an empty list");
+}
+
+/* ---- hostile input ---- */
+
+/* CPU time, not wall time: the tests share two cores with other builds, and the limit is about
+ * the parser's work. */
+static double
+now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TIME_LIMIT_S 10.0
+#else
+#define TIME_LIMIT_S 1.0
+#endif
+
+Test(hostile, ten_megabytes_quickly, .timeout = 30)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    size_t cap = 11u << 20, o = 0;
+    char *yaml = malloc(cap);
+    size_t n = 0;
+    double t0;
+
+    cr_assert_not_null(yaml);
+    o += (size_t)snprintf(yaml, cap, BASE "env:\n");
+    for (; o < (10u << 20); n++)
+        o += (size_t)snprintf(yaml + o, cap - o, "  V%zu: \"%040zu\"\n", n, n);
+    t0 = now_s();
+    cr_assert_eq(load_len(yaml, o, NULL, 0, &s, &d), 0, "%s", d.count ? d.items[0].msg : "");
+    cr_expect_lt(now_s() - t0, TIME_LIMIT_S);
+    cr_expect_eq(s.env_len, n);
+    xmp_spec_free(&s);
+    free(yaml);
+}
+
+Test(hostile, over_the_size_cap)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    size_t len = (16u << 20) + 1;
+    char *yaml = malloc(len);
+
+    cr_assert_not_null(yaml);
+    memset(yaml, '#', len);
+    cr_assert_eq(load_len(yaml, len, NULL, 0, &s, &d), -1);
+    expect_first(&d, "job.yaml", 0, 0, "the spec is too large (more than 16 MiB)");
+    free(yaml);
+}
+
+Test(hostile, alias_bomb, .timeout = 10)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    const char *yaml = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+                       "b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+                       "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+                       "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+                       "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+                       "f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
+                       "g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\n";
+
+    cr_assert_eq(load_sets(yaml, NULL, 0, &s, &d), -1);
+    /* a..d stand for 12330 nodes; each *d adds 11111 more, so the 8th *d on line 5 (column
+     * 8 + 7 * 4) passes the cap. */
+    expect_first(&d, "job.yaml", 5, 36,
+                 "aliases expand to more than 100000 nodes (an alias bomb?)");
+}
+
+Test(hostile, deep_nesting)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    char yaml[2048];
+    size_t o = (size_t)snprintf(yaml, sizeof(yaml), "version: ");
+
+    /* The top-level mapping is the first level, so the 256th '[' is one too many. */
+    for (int i = 0; i < 300; i++)
+        yaml[o++] = '[';
+    yaml[o] = '\0';
+    cr_assert_eq(load_sets(yaml, NULL, 0, &s, &d), -1);
+    expect_first(&d, "job.yaml", 1, 265, "nesting is too deep (more than 256 levels)");
+}
+
+Test(hostile, unreadable_file)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    struct xmp_spec_source src = {.path = "/nonexistent/job.yaml"};
+
+    cr_assert_eq(xmp_spec_load(&src, &s, &d), -1);
+    expect_first(&d, "/nonexistent/job.yaml", 0, 0,
+                 "cannot read the spec: No such file or directory");
+}
+
+Test(hostile, too_many_nodes, .timeout = 30)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    size_t items = 1100000, o;
+    char *yaml = malloc(64 + 2 * items);
+    double t0;
+
+    cr_assert_not_null(yaml);
+    o = (size_t)sprintf(yaml, "version: 1\nname: a\ncommand: [");
+    for (size_t i = 0; i < items; i++) {
+        yaml[o++] = 'x';
+        yaml[o++] = ',';
+    }
+    yaml[o - 1] = ']';
+    t0 = now_s();
+    cr_assert_eq(load_len(yaml, o, NULL, 0, &s, &d), -1);
+    cr_expect_lt(now_s() - t0, TIME_LIMIT_S);
+    /* Seven nodes come before the list's items (the mapping, three keys, two values, the list):
+     * the 999995th item would be node 1000002, and it is at column 11 + 2 * 999994. */
+    expect_first(&d, "job.yaml", 3, 1999999,
+                 "the spec has too many YAML nodes (more than 1000000)");
+    free(yaml);
+}
