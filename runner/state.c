@@ -159,12 +159,8 @@ is_orphan(const char *name, void *data)
     if (in_list(ctx->live, ctx->n_live, name))
         return false;
     /* The leaf a cgroup v2 xmprun moved itself into: collectable once that xmprun is gone. */
-    if (strncmp(name, "xmprun-self-", 12) == 0) {
-        char *end;
-        long pid = strtol(name + 12, &end, 10);
-        return *end == '\0' && pid > 0 && pid != getpid() && kill((pid_t)pid, 0) < 0 &&
-               errno == ESRCH;
-    }
+    if (xmp_cgroup_self_leaf_pid(name, &owner))
+        return owner > 0 && owner != getpid() && kill(owner, 0) < 0 && errno == ESRCH;
     if (in_list(ctx->dead, ctx->n_dead, name))
         return true;
     /* No state file (it could not be written, or was lost): only a dead owner pid counts, so
