@@ -282,6 +282,13 @@ xmp_report_finish(struct xmp_report *r)
     }
 }
 
+/* Rounds a non-negative value to 1/scale (milliseconds, microseconds), without libm. */
+static double
+round_to(double v, double scale)
+{
+    return v > 0 ? (double)(int64_t)(v * scale + 0.5) / scale : 0.0;
+}
+
 static json_t *
 time_json(const struct timespec *ts)
 {
@@ -338,7 +345,8 @@ worker_json(const struct xmp_worker_report *w)
                                   "peak_bytes", int_or_null(w->memory_peak), "oom_kills",
                                   int_or_null(w->oom_kills)));
     json_object_set_new(o, "cpu",
-                        json_pack("{s:f, s:f}", "user_s", w->user_s, "system_s", w->system_s));
+                        json_pack("{s:f, s:f}", "user_s", round_to(w->user_s, 1e6), "system_s",
+                                  round_to(w->system_s, 1e6)));
     json_object_set_new(o, "stderr_tail", tail);
     json_object_set_new(o, "error_file",
                         w->error_file != NULL ? json_incref(w->error_file) : json_null());
@@ -382,7 +390,7 @@ xmp_report_to_json(const struct xmp_report *r)
                                   r->world_size));
     json_object_set_new(o, "started_at", time_json(&r->started_at));
     json_object_set_new(o, "ended_at", time_json(&r->ended_at));
-    json_object_set_new(o, "duration_s", json_real(duration > 0 ? duration : 0.0));
+    json_object_set_new(o, "duration_s", json_real(duration > 0 ? round_to(duration, 1e3) : 0.0));
     json_object_set_new(o, "outcome", json_string(xmp_outcome_name(r->outcome)));
     json_object_set_new(o, "exit_code", json_integer(r->exit_code));
     json_object_set_new(
@@ -433,7 +441,8 @@ xmp_report_write(const struct xmp_report *r, const char *path, struct xmp_error 
         return xmp_error_set(err, ENOMEM, "report");
     }
     doc = xmp_report_to_json(r);
-    text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    /* 15 significant digits: durations and CPU times without binary-fraction noise. */
+    text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
     json_decref(doc);
     if (text == NULL)
         return xmp_error_set(err, ENOMEM, "report: encode JSON");
