@@ -404,6 +404,7 @@ spawn_worker(struct xmp_supervisor *sv, struct worker *w, size_t index)
         .workdir = sv->plan.workdir,
         .cpus = w->has_cpus ? &w->cpus : NULL,
         .no_new_privs = spec->no_new_privs,
+        .stdin_fd = sv->stdin_fd,
         .stdout_fd = po[1],
         .stderr_fd = pe[1],
         .cg = w->cg,

@@ -320,6 +320,8 @@ cleanup(struct xmp_supervisor *sv)
         close(sv->epfd);
     if (sv->timerfd >= 0)
         close(sv->timerfd);
+    if (sv->stdin_fd >= 0)
+        close(sv->stdin_fd);
     if (sv->have_plan)
         xmp_plan_free(&sv->plan);
     if (sv->have_host)
@@ -330,7 +332,8 @@ cleanup(struct xmp_supervisor *sv)
 int
 xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts)
 {
-    struct xmp_supervisor sv = {.spec = spec, .opts = opts, .epfd = -1, .sigfd = -1, .timerfd = -1};
+    struct xmp_supervisor sv = {
+        .spec = spec, .opts = opts, .epfd = -1, .sigfd = -1, .timerfd = -1, .stdin_fd = -1};
     struct xmp_error err = {0};
     char buf[512];
     const char *path;
@@ -341,6 +344,11 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts)
     sv.report.cgroup_mode = "none";
     sv.state_dir = xmp_state_dir(opts->environ);
 
+    /* Workers run in their own process groups, in the background as far as a terminal is
+     * concerned: one that read the terminal would be stopped by SIGTTIN for good. So a terminal
+     * stdin is replaced by /dev/null; a file or pipe is passed on. */
+    if (isatty(STDIN_FILENO))
+        sv.stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (setup_signals(&sv, &err) < 0)
         goto setup_failed;
     /* Quietly collect what an xmprun killed with SIGKILL left behind. */
