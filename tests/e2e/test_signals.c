@@ -99,3 +99,64 @@ Test(signals, setsid_grandchild_is_killed_when_the_job_succeeds, .timeout = 120)
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
+
+Test(signals, usr1_is_forwarded_and_sighup_gives_129, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    /* Rank 0 records SIGUSR1 and keeps running; SIGHUP then stops the job. */
+    e2e_spec(&e, "version: 1\n"
+                 "name: forward\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'trap \"echo $RANK >> %2$s/usr1\" USR1; echo $RANK >> %2$s/started; "
+                 "while :; do sleep 0.05; done'\n"
+                 "on_failure: {grace: 5s}\n");
+    int status = e2e_sh(&e, 90,
+                        "\"$XMPRUN\" --report \"$REPORT\" \"$SPEC\" & pid=$!; "
+                        "i=0; while [ \"$(wc -l < \"$DIR/started\" 2>/dev/null)\" != 2 ] && "
+                        "[ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; kill -USR1 $pid; "
+                        "i=0; while [ \"$(wc -l < \"$DIR/usr1\" 2>/dev/null)\" != 2 ] && "
+                        "[ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; kill -HUP $pid; "
+                        "wait $pid");
+    cr_assert_eq(status, 129, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    char *got = xt_read_file(e2e_path(&e, "usr1"));
+    cr_assert_not_null(got, "SIGUSR1 did not reach the workers");
+    cr_assert(strstr(got, "0\n") != NULL && strstr(got, "1\n") != NULL, "%s", got);
+    free(got);
+    cr_assert_str_eq(e2e_str(json_object_get(e.rep, "root_cause"), "message"),
+                     "xmprun received SIGHUP and stopped the job");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(signals, as_pid_1_it_reaps_and_supervises, .timeout = 120)
+{
+    struct e2e e;
+    struct xt_result probe;
+    char *argv[] = {"/bin/sh", "-c", "unshare -fp --mount-proc true", NULL};
+
+    if (geteuid() != 0 || xt_run(&probe, argv, NULL, NULL, 30) < 0 || probe.status != 0)
+        cr_skip_test("needs root and unshare -p");
+    xt_result_free(&probe);
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: init\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'if [ \"$RANK\" = 1 ]; then exit 6; fi; "
+                 "exec %1$s setsid-orphan %2$s/orphan.pid wait'\n"
+                 "on_failure: {grace: 1s}\n");
+    int status =
+        e2e_sh(&e, 90, "exec unshare -fp --mount-proc \"$XMPRUN\" --report \"$REPORT\" \"$SPEC\"");
+    cr_assert_eq(status, 6, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_eq(strncmp(e2e_str(json_object_get(e.rep, "job"), "id"), "1-", 2), 0,
+                 "xmprun was not PID 1: %s", e2e_str(json_object_get(e.rep, "job"), "id"));
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "state"), "stopped_by_xmprun");
+    /* The namespace is gone with its init, and so is everything in it; the pids in the report
+     * are the namespace's, so only the cgroups are checked here. */
+    e2e_assert_no_cgroups(1);
+    e2e_fini(&e);
+}
