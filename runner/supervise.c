@@ -363,6 +363,12 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts)
     if (xmp_plan_build(spec, &sv.host, opts->environ, getpid(), &sv.plan, &err) < 0)
         goto setup_failed;
     sv.have_plan = true;
+    /* Refuse rather than quietly run the command once per worker: a zygote that preloads and
+     * forks its workers is a different program from one exec'd per worker. */
+    if (spec->start == XMP_START_FORK) {
+        xmp_error_set(&err, 0, "start: fork is not supported by this xmprun yet; use start: exec");
+        goto setup_failed;
+    }
     if (setup_workers(&sv, &err) < 0 || setup_cgroups(&sv, &err) < 0)
         goto setup_failed;
     sv.report.cgroup_mode = xmp_cgroup_mode_name(sv.mode);
