@@ -3,6 +3,8 @@
  * bomb is contained by pids.max. Every test checks the report and that nothing leaked. */
 #include "e2e/e2e.h"
 
+#include <seccomp.h>
+
 Test(limits, oom_kill_names_the_limit, .timeout = 120)
 {
     struct e2e e;
@@ -128,6 +130,43 @@ Test(limits, example_oom, .timeout = 120)
     cr_assert_str_eq(e2e_str(rc, "reason"), "oom_killed");
     cr_assert_not_null(strstr(e2e_str(rc, "message"), "at its 128.0 MiB memory limit"), "%s",
                        e2e_str(rc, "message"));
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* Without clone3 (old kernel, or a seccomp profile answering ENOSYS) workers are forked and
+ * join their cgroups themselves before exec: same cgroups, same limits. */
+Test(limits, fork_fallback_joins_the_same_cgroups, .timeout = 120)
+{
+    struct e2e e;
+    char want[256];
+    static const char *const mem[] = {"memory.max", "memory.limit_in_bytes", NULL};
+
+    if (!e2e_can_cgroup())
+        cr_skip_test("needs root or a delegated cgroup");
+    /* Criterion runs each test in its own process: the filter stays in this one and is
+     * inherited by xmprun. */
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    cr_assert_not_null(ctx);
+    cr_assert_eq(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0), 0);
+    cr_assert_eq(seccomp_load(ctx), 0);
+    seccomp_release(ctx);
+
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: forked\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: '%1$s cgroup && %1$s limits'\n"
+                 "resources: {worker: {memory: 80Mi}}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 0, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    const char *id = e2e_str(json_object_get(e.rep, "job"), "id");
+    for (int r = 0; r < 2; r++) {
+        snprintf(want, sizeof(want), "/xmprun-forked-%s/worker-%d\n", id, r);
+        cr_assert_not_null(strstr(e.r.out, want), "no %s in:\n%s", want, e.r.out);
+        cr_assert_eq(limit_of(e.r.out, r, mem), 80LL << 20, "out:\n%s", e.r.out);
+    }
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }

@@ -7,11 +7,14 @@
 #include "runner/spawn.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <seccomp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -170,4 +173,35 @@ Test(spawn, blocked_signals_are_restored, .timeout = 10)
     cr_assert_not_null(ign);
     unsigned long long mask = strtoull(ign + 8, NULL, 16);
     cr_assert_eq(mask & (1ULL << (SIGPIPE - 1)), 0, "%s", out);
+}
+
+/* Where clone3 is missing (old kernels, or a seccomp profile such as older Docker defaults
+ * that returns ENOSYS), spawning falls back to fork + pidfd_open and still works. */
+Test(spawn, falls_back_to_fork_without_clone3, .timeout = 10)
+{
+    char *argv[] = {"sh", "-c", "echo fallback $$", NULL};
+    char *env[] = {"PATH=/bin:/usr/bin", NULL};
+    struct xmp_spawned sp;
+    siginfo_t si;
+    char want[64];
+    int p[2];
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+
+    cr_assert_not_null(ctx);
+    cr_assert_eq(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0), 0);
+    cr_assert_eq(seccomp_load(ctx), 0);
+    seccomp_release(ctx);
+    cr_assert_eq(syscall(SYS_clone3, NULL, 0), -1);
+    cr_assert_eq(errno, ENOSYS);
+
+    cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+    spawn_argv(argv, env, p[1], NULL, &sp);
+    close(p[1]);
+    cr_assert(!sp.exec_failed, "%s", sp.child_err.msg);
+    cr_assert_geq(sp.pidfd, 0, "no pidfd from pidfd_open");
+    char *out = read_all(p[0]);
+    cr_assert_eq(reap(&sp, &si), 0);
+    cr_assert_eq(si.si_status, 0);
+    snprintf(want, sizeof(want), "fallback %d\n", (int)sp.pid);
+    cr_assert_str_eq(out, want);
 }
