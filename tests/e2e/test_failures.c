@@ -125,7 +125,7 @@ Test(failures, timeout_kills_what_ignores_sigterm_after_grace, .timeout = 120)
                  "workers: 1\n"
                  "devices: {kind: cpu}\n"
                  "command: ['%1$s', ignore-term, '60']\n"
-                 "timeout: 1s\n"
+                 "timeout: 2s\n"
                  "on_failure: {grace: 1s}\n");
     cr_assert_eq(e2e_run(&e, 90, NULL), 124, "stderr:\n%s", e.r.err);
     e2e_load_report(&e);

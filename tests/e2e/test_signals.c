@@ -42,16 +42,26 @@ Test(signals, second_sigint_kills_at_once, .timeout = 120)
                  "name: impatient\n"
                  "workers: 1\n"
                  "devices: {kind: cpu}\n"
-                 "command: ['%1$s', pidfile, '%2$s/started', --, ignore-term, '60']\n"
+                 "command: ['%1$s', ignore-term, '60']\n"
+                 "env: {PROBE_SIGNAL_LOG: '%2$s/signals'}\n"
                  "on_failure: {grace: 60s}\n");
+    /* The worker survives the forwarded first SIGINT (and notes it); the second one, sent
+     * once the first has been seen, must not wait for the 60 s grace. */
     int status = e2e_sh(&e, 90,
                         "trap '' INT; \"$XMPRUN\" --report \"$REPORT\" \"$SPEC\" & pid=$!; "
-                        "i=0; while [ ! -s \"$DIR/started\" ] && [ $i -lt 200 ]; do "
-                        "sleep 0.05; i=$((i+1)); done; kill -INT $pid; sleep 0.3; "
-                        "kill -INT $pid; wait $pid");
+                        "i=0; while ! grep -q ready \"$DIR/signals\" 2>/dev/null && "
+                        "[ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; kill -INT $pid; "
+                        "i=0; while ! grep -q INT \"$DIR/signals\" 2>/dev/null && "
+                        "[ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; kill -INT $pid; "
+                        "wait $pid");
     cr_assert_eq(status, 130, "stderr:\n%s", e.r.err);
     e2e_load_report(&e);
+    char *seen = xt_read_file(e2e_path(&e, "signals"));
+    cr_assert_not_null(seen, "the first SIGINT was not forwarded");
+    cr_assert_str_eq(seen, "ready\nINT\n");
+    free(seen);
     cr_assert_str_eq(e2e_str(e.rep, "outcome"), "interrupted");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "signal"), "SIGKILL");
     /* Well before the 60 s grace: the second ^C did not wait. */
     cr_assert_lt(json_real_value(json_object_get(e.rep, "duration_s")), 30.0);
     e2e_assert_clean(&e);
