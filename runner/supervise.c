@@ -176,9 +176,10 @@ setup_workers(struct xmp_supervisor *sv, struct xmp_error *err)
         if (w->pw->cpuset[0] != '\0' && xmp_cpulist_parse(w->pw->cpuset, &w->cpus, &e) == 0)
             w->has_cpus = true;
     }
-    /* The scratch directory for the workers' TORCHELASTIC_ERROR_FILEs, private to the job. */
+    /* The scratch directory for the workers' TORCHELASTIC_ERROR_FILEs, private to the job. It
+     * must be new: in a shared /tmp an existing one could belong to someone else. */
     if (sv->plan.run_dir != NULL) {
-        if (mkdir(sv->plan.run_dir, 0700) < 0 && errno != EEXIST)
+        if (mkdir(sv->plan.run_dir, 0700) < 0)
             return xmp_error_set(err, errno, "mkdir `%s`", sv->plan.run_dir);
         sv->made_run_dir = true;
     }

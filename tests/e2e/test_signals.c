@@ -58,7 +58,8 @@ Test(signals, second_sigint_kills_at_once, .timeout = 120)
     e2e_load_report(&e);
     char *seen = xt_read_file(e2e_path(&e, "signals"));
     cr_assert_not_null(seen, "the first SIGINT was not forwarded");
-    cr_assert_str_eq(seen, "ready\nINT\n");
+    /* The second SIGINT is forwarded too, and may arrive before the SIGKILL. */
+    cr_assert_eq(strncmp(seen, "ready\nINT\n", 10), 0, "%s", seen);
     free(seen);
     cr_assert_str_eq(e2e_str(e.rep, "outcome"), "interrupted");
     cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "signal"), "SIGKILL");
