@@ -38,7 +38,7 @@ quote_text(const char *text, char *buf, size_t size)
 
     for (size_t i = 0; text[i] != '\0' && o + 5 < size; i++) {
         unsigned char ch = (unsigned char)text[i];
-        if (i >= 40) {
+        if (i >= 40 && (ch & 0xc0) != 0x80) {
             memcpy(buf + o, "...", 3);
             o += 3;
             break;

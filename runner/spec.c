@@ -70,6 +70,7 @@ apply_set(struct xmp_tree *t, struct xmp_diag_sink *ds, struct xmp_node *root, c
     }
     memcpy(key, set, (size_t)(eq - set));
     key[eq - set] = '\0';
+    xmp_clip(key, clipped, sizeof(clipped)); /* before the loop cuts key into segments */
     value = parse_set_value(t, ds, key, eq + 1, line, (int)(eq - set) + 1);
     for (;;) {
         size_t end = start + strcspn(key + start, ".");
@@ -82,7 +83,7 @@ apply_set(struct xmp_tree *t, struct xmp_diag_sink *ds, struct xmp_node *root, c
         snprintf(parent, sizeof(parent), "%s", path);
         xmp_join_path(path, sizeof(path), parent, key + start);
         if (key[start] == '\0') {
-            xmp_sink_add(ds, "--set", line, col, "%s: empty key in the path", path);
+            xmp_sink_add(ds, "--set", line, col, "\"%s\": empty key in the path", clipped);
             return;
         }
         if (leaf) {
@@ -241,8 +242,6 @@ load_file(struct xmp_tree *t, struct xmp_diag_sink *ds, const struct xmp_spec_so
         if (owned == NULL)
             return NULL;
         text = owned;
-    } else if (len == 0) {
-        len = strlen(text);
     }
     if (len > XMP_SPEC_MAX_BYTES) {
         xmp_sink_add(ds, file, 0, 0, "the spec is too large (more than %u MiB)",

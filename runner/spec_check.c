@@ -1,6 +1,6 @@
 /* Typed checks of single spec values (integers, booleans, enums, strings, quantities, CPU lists)
- * with the key path and position of the offending node in every message. spec.c walks the
- * mappings and calls these; each reports its own problem and returns false. */
+ * with the key path and position of the offending node in every message. spec_validate.c walks
+ * the mappings and calls these; each reports its own problem and returns false. */
 #include "runner/spec_check.h"
 
 #include <limits.h>
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void
 xmp_check_error(struct xmp_check *c, const struct xmp_node *n, const char *path, const char *fmt,
@@ -34,7 +35,8 @@ xmp_clip(const char *text, char *buf, size_t size)
 
     for (size_t i = 0; text[i] != '\0' && o + 5 < size; i++) {
         unsigned char ch = (unsigned char)text[i];
-        if (i >= 60) {
+        /* Cut only between UTF-8 characters, so that the message stays valid text. */
+        if (i >= 60 && (ch & 0xc0) != 0x80) {
             memcpy(buf + o, "...", 3);
             o += 3;
             break;
@@ -195,6 +197,17 @@ xmp_check_bool(struct xmp_check *c, const struct xmp_node *n, const char *path, 
     return false;
 }
 
+static bool
+is_false_word(const char *s)
+{
+    static const char *const words[] = {"false", "False", "FALSE", "no", "No", "NO", "n", "N"};
+
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+        if (strcmp(s, words[i]) == 0)
+            return true;
+    return false;
+}
+
 bool
 xmp_check_enum(struct xmp_check *c, const struct xmp_node *n, const char *path,
                const char *const *names, size_t count, int *out)
@@ -211,6 +224,10 @@ xmp_check_enum(struct xmp_check *c, const struct xmp_node *n, const char *path,
             }
         }
         hint = xmp_suggest(n->text, names, count);
+        /* "cgroups: false" or "seccomp: no" mean the value spelled "off". */
+        for (size_t i = 0; hint == NULL && i < count; i++)
+            if (strcmp(names[i], "off") == 0 && is_false_word(n->text))
+                hint = names[i];
     }
     for (size_t i = 0; i < count && o < sizeof(expect); i++) {
         int w = snprintf(expect + o, sizeof(expect) - o, "%s%s", i ? ", " : "", names[i]);

@@ -14,7 +14,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#define KEYS(a) a, sizeof(a) / sizeof(a[0])
+#define KEYS(a)            a, sizeof(a) / sizeof(a[0])
+#define XMP_MAX_DEVICE_IDS 1024
 
 enum { D_KIND, D_IDS, D_PER_WORKER, D_N };
 static const struct xmp_keydef device_keys[] = {
@@ -123,7 +124,8 @@ xmp_join_path(char *buf, size_t size, const char *prefix, const char *key)
     char clipped[80];
 
     xmp_clip(key, clipped, sizeof(clipped));
-    snprintf(buf, size, "%s%s%s", prefix, prefix[0] ? "." : "", clipped);
+    /* An empty key (YAML allows "": x) would vanish from the path. */
+    snprintf(buf, size, "%s%s%s", prefix, prefix[0] ? "." : "", clipped[0] ? clipped : "\"\"");
 }
 
 const struct xmp_keydef *
@@ -138,18 +140,46 @@ xmp_find_key(const struct xmp_keydef *keys, size_t n, const char *name, size_t *
     return NULL;
 }
 
+/* The full path of the first key named word anywhere in the spec ("memory" ->
+ * "resources.worker.memory"), for a key written at the wrong level. */
+static bool
+find_elsewhere(const struct xmp_keydef *keys, size_t n, const char *word, const char *prefix,
+               char *out, size_t size)
+{
+    char path[128];
+
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", keys[i].name);
+        if (strcmp(keys[i].name, word) == 0) {
+            snprintf(out, size, "%s", path);
+            return true;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", keys[i].name);
+        if (keys[i].sub != NULL &&
+            find_elsewhere(keys[i].sub, keys[i].n_sub, word, path, out, size))
+            return true;
+    }
+    return false;
+}
+
 void
 xmp_unknown_key(struct xmp_diag_sink *ds, const char *file, int line, int col, const char *path,
                 const char *word, const struct xmp_keydef *keys, size_t n)
 {
     const char *names[T_N];
     const char *hint;
+    char where[128];
 
     for (size_t i = 0; i < n && i < T_N; i++)
         names[i] = keys[i].name;
     hint = xmp_suggest(word, names, n < T_N ? n : T_N);
     if (hint != NULL)
         xmp_sink_add(ds, file, line, col, "%s: unknown key (did you mean \"%s\"?)", path, hint);
+    else if (find_elsewhere(xmp_spec_keys, T_N, word, "", where, sizeof(where)))
+        xmp_sink_add(ds, file, line, col, "%s: unknown key here (did you mean \"%s\"?)", path,
+                     where);
     else
         xmp_sink_add(ds, file, line, col, "%s: unknown key", path);
 }
@@ -317,6 +347,12 @@ check_device_ids(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec 
         xmp_check_error(c, n, "devices.ids", "must not be an empty list (use all)");
         return;
     }
+    /* No host has more; the cap also keeps the duplicate check below cheap. */
+    if (n->n_items > XMP_MAX_DEVICE_IDS) {
+        xmp_check_error(c, n, "devices.ids", "lists %zu devices (at most %d)", n->n_items,
+                        XMP_MAX_DEVICE_IDS);
+        return;
+    }
     s->device_ids = xmp_xcalloc(n->n_items + 1, sizeof(char *));
     for (size_t i = 0; i < n->n_items; i++) {
         const struct xmp_node *item = n->items[i];
@@ -405,15 +441,16 @@ check_worker_resources(struct xmp_check *c, const struct xmp_node *n, struct xmp
     if (v[W_CPUSET]) {
         const struct xmp_node *cs = v[W_CPUSET];
         const char *text;
-        if (!xmp_check_string(c, cs, "resources.worker.cpuset", false, &text))
-            ;
-        else if (strcmp(text, "auto") == 0)
-            w->cpuset_mode = XMP_CPUSET_AUTO;
-        else if (strcmp(text, "none") == 0)
-            w->cpuset_mode = XMP_CPUSET_NONE;
-        else if (xmp_check_cpulist(c, cs, "resources.worker.cpuset")) {
-            w->cpuset_mode = XMP_CPUSET_LIST;
-            w->cpuset = xmp_xstrdup(text);
+        /* A lone CPU may be written as a plain number ("cpuset: 3"): its text is the list. */
+        if (xmp_check_string(c, cs, "resources.worker.cpuset", false, &text)) {
+            if (strcmp(text, "auto") == 0) {
+                w->cpuset_mode = XMP_CPUSET_AUTO;
+            } else if (strcmp(text, "none") == 0) {
+                w->cpuset_mode = XMP_CPUSET_NONE;
+            } else if (xmp_check_cpulist(c, cs, "resources.worker.cpuset")) {
+                w->cpuset_mode = XMP_CPUSET_LIST;
+                w->cpuset = xmp_xstrdup(text);
+            }
         }
     }
     if (v[W_PIDS] &&
@@ -478,6 +515,17 @@ check_workdir(struct xmp_check *c, const struct xmp_node *n, const char *cwd, st
     s->workdir = real;
 }
 
+static bool
+is_plain_bool(const struct xmp_node *n)
+{
+    static const char *const words[] = {"true", "True", "TRUE", "false", "False", "FALSE"};
+
+    for (size_t i = 0; n->kind == XMP_NODE_SCALAR && !n->quoted && i < COUNT(words); i++)
+        if (strcmp(n->text, words[i]) == 0)
+            return true;
+    return false;
+}
+
 static void
 check_isolation(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *s)
 {
@@ -491,7 +539,15 @@ check_isolation(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *
                                        COUNT(cgroups_names), &idx))
         s->cgroups = (enum xmp_cgroups_policy[]){XMP_CGROUPS_REQUIRED, XMP_CGROUPS_OPTIONAL,
                                                  XMP_CGROUPS_OFF}[idx];
-    if (v[I_SECCOMP] && xmp_check_string(c, v[I_SECCOMP], "isolation.seccomp", false, &text)) {
+    /* An unquoted boolean would otherwise become a profile path named "false". */
+    if (v[I_SECCOMP] && is_plain_bool(v[I_SECCOMP])) {
+        bool t = strcasecmp(v[I_SECCOMP]->text, "true") == 0;
+        xmp_check_error(c, v[I_SECCOMP], "isolation.seccomp",
+                        "expected default, strict, off or a profile path, got \"%s\" (did you "
+                        "mean \"%s\"?)",
+                        v[I_SECCOMP]->text, t ? "default" : "off");
+    } else if (v[I_SECCOMP] &&
+               xmp_check_string(c, v[I_SECCOMP], "isolation.seccomp", false, &text)) {
         if (strcmp(text, "default") == 0) {
             s->seccomp = XMP_SECCOMP_DEFAULT;
         } else if (strcmp(text, "strict") == 0) {
