@@ -140,7 +140,7 @@ join_devices(const struct xmp_worker_report *w, char *buf, size_t size)
 void
 xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
 {
-    char who[160], devs[128], sig[32], limit[32], peak[32];
+    char who[160], devs[128], sig[32], limit[32], peak[32], oom_note[128];
     const char *descr;
 
     join_devices(w, devs, sizeof(devs));
@@ -148,6 +148,16 @@ xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
         snprintf(who, sizeof(who), "worker %d (%s)", w->rank, devs);
     else
         snprintf(who, sizeof(who), "worker %d", w->rank);
+    /* A worker that fails after the OOM killer took one of its children (a data-loader
+     * process, say) did not die of the OOM kill itself, but that is what the user must know. */
+    oom_note[0] = '\0';
+    if (w->oom_kills > 0 && w->state != XMP_WORKER_OOM_KILLED) {
+        xmp_format_bytes(w->memory_limit, limit, sizeof(limit));
+        snprintf(oom_note, sizeof(oom_note),
+                 " after the kernel OOM killer killed a process in it%s%s%s",
+                 w->memory_limit >= 0 ? " at its " : "", w->memory_limit >= 0 ? limit : "",
+                 w->memory_limit >= 0 ? " memory limit" : "");
+    }
 
     switch (w->state) {
     case XMP_WORKER_OOM_KILLED:
@@ -169,17 +179,17 @@ xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
             descr = sigdescr_np(w->signal);
             snprintf(lower, sizeof(lower), "%s", descr != NULL ? descr : "unknown signal");
             lower[0] = (char)(lower[0] >= 'A' && lower[0] <= 'Z' ? lower[0] - 'A' + 'a' : lower[0]);
-            snprintf(buf, size, "%s was killed by signal %s (%s)", who, sig, lower);
+            snprintf(buf, size, "%s was killed by signal %s (%s)%s", who, sig, lower, oom_note);
             return;
         }
-        snprintf(buf, size, "%s exited with status %d", who, w->exit_code);
+        snprintf(buf, size, "%s exited with status %d%s", who, w->exit_code, oom_note);
         return;
     case XMP_WORKER_FAILED_TO_START:
         snprintf(buf, size, "%s could not start: %s", who,
                  w->start_error[0] != '\0' ? w->start_error : "unknown error");
         return;
     case XMP_WORKER_EXITED:
-        snprintf(buf, size, "%s exited with status %d", who, w->exit_code);
+        snprintf(buf, size, "%s exited with status %d%s", who, w->exit_code, oom_note);
         return;
     case XMP_WORKER_RUNNING:
         snprintf(buf, size, "%s is still running", who);

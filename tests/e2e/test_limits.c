@@ -173,3 +173,28 @@ Test(limits, fork_fallback_joins_the_same_cgroups, .timeout = 120)
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
+
+/* The OOM killer takes a child of the worker (as with a data-loader process); the worker then
+ * fails on its own, and the root cause says what happened below it. */
+Test(limits, oom_kill_of_a_child_is_named, .timeout = 120)
+{
+    struct e2e e;
+    if (!e2e_can_cgroup())
+        cr_skip_test("needs root or a delegated cgroup");
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: childoom\n"
+                 "workers: 1\n"
+                 "devices: {kind: cpu}\n"
+                 "command: '%1$s alloc 512 || exit 1'\n"
+                 "resources: {worker: {memory: 64Mi, swap: 0}}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 1, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *rc = json_object_get(e.rep, "root_cause");
+    cr_assert_str_eq(e2e_str(rc, "reason"), "exited");
+    cr_assert_str_eq(e2e_str(rc, "message"), "worker 0 (cpu) exited with status 1 after the kernel "
+                                             "OOM killer killed a process in it at its 64.0 MiB "
+                                             "memory limit");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}

@@ -270,3 +270,20 @@ Test(report, write_fails_cleanly)
     cr_assert_not_null(strstr(err.msg, "/nonexistent-dir"));
     xmp_report_release(&r);
 }
+
+Test(report, oom_of_a_child_is_mentioned)
+{
+    struct xmp_report r;
+    struct xmp_worker_report *w;
+    init_report(&r);
+    w = add_worker(&r, XMP_WORKER_EXITED, 1, 0, 100);
+    w->memory_limit = 512LL << 20;
+    w->oom_kills = 1;
+    xmp_report_finish(&r);
+    cr_assert_eq(r.exit_code, 1);
+    cr_assert_str_eq(r.cause_reason, "exited");
+    cr_assert_str_eq(r.cause_message, "worker 0 (cpu) exited with status 1 after the kernel OOM "
+                                      "killer killed a process in it at its 512.0 MiB memory "
+                                      "limit");
+    xmp_report_release(&r);
+}
