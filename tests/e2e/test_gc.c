@@ -2,6 +2,7 @@
  * itself): its cgroups, its state file and the grandchild that escaped with setsid(). */
 #include "e2e/e2e.h"
 
+#include <errno.h>
 #include <sys/stat.h>
 
 static bool
@@ -89,5 +90,52 @@ Test(gc, cleans_up_after_a_sigkilled_xmprun, .timeout = 120)
         cr_assert(de->d_name[0] == '.', "gc left the state file %s", de->d_name);
     if (d != NULL)
         closedir(d);
+    e2e_fini(&e);
+}
+
+/* A job cgroup with no state file is judged by the owner pid in its name. From inside a pid
+ * namespace that pid may just be invisible, so gc there must leave it alone; from the namespace
+ * the pid belongs to, a dead owner means an orphan. */
+Test(gc, judges_owner_pids_only_where_it_can_see_them, .timeout = 120)
+{
+    static char dirs[16][4096];
+    struct e2e e;
+    char name[64], path[4400];
+    size_t all = e2e_own_cgroup_dirs(dirs, 16), n = 0;
+    pid_t dead = 4194000;
+    struct xt_result probe;
+    char *unshare_argv[] = {"/bin/sh", "-c", "unshare -fp --mount-proc true", NULL};
+
+    if (!e2e_can_cgroup())
+        cr_skip_test("needs root or a delegated cgroup");
+    if (xt_run(&probe, unshare_argv, NULL, NULL, 30) < 0 || probe.status != 0)
+        cr_skip_test("needs unshare -p");
+    xt_result_free(&probe);
+    while (dead > 1000 && !(kill(dead, 0) < 0 && errno == ESRCH))
+        dead--;
+    /* The fake job goes where xmprun keeps jobs on every layout: the cgroup2 tree (pure v2, or
+     * hybrid's tracking tree) and the v1 pids hierarchy; not in hierarchies it never uses. */
+    for (size_t i = 0; i < all; i++)
+        if (all == 1 || strstr(dirs[i], "/unified") != NULL || strstr(dirs[i], "/pids") != NULL)
+            memmove(dirs[n++], dirs[i], sizeof(dirs[i]));
+    cr_assert_gt(n, 0);
+    e2e_init(&e);
+    snprintf(name, sizeof(name), "xmprun-fake-%d-abcdef", (int)dead);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dirs[i], name);
+        cr_assert(mkdir(path, 0755) == 0 || errno == EEXIST, "mkdir %s: %s", path, strerror(errno));
+    }
+    int status = e2e_sh(&e, 60, "unshare -fp --mount-proc \"$XMPRUN\" gc");
+    cr_assert_eq(status, 0, "stderr:\n%s", e.r.err);
+    cr_assert(cgroup_exists(name), "gc in a pid namespace took %s", name);
+
+    status = e2e_sh(&e, 60, "\"$XMPRUN\" gc");
+    bool gone = !cgroup_exists(name);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dirs[i], name);
+        rmdir(path); /* so that a failing assertion below leaves nothing behind */
+    }
+    cr_assert_eq(status, 0, "stderr:\n%s", e.r.err);
+    cr_assert(gone, "gc left the orphan %s of dead pid %d:\n%s", name, (int)dead, e.r.err);
     e2e_fini(&e);
 }
