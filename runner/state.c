@@ -292,7 +292,8 @@ scan_state_file(const char *dir, const char *file, struct gc_ctx *ctx)
         json_decref(doc);
         return;
     }
-    if (pid > 0 && process_matches((pid_t)pid, (unsigned long long)start)) {
+    /* Where other namespaces' pids are invisible, a missing owner proves nothing. */
+    if ((pid > 0 && process_matches((pid_t)pid, (unsigned long long)start)) || !ctx->pids_visible) {
         push(&ctx->live, &ctx->n_live, cg);
         json_decref(doc);
         return;
