@@ -547,6 +547,8 @@ prepare_run(struct xmp_supervisor *sv)
         snprintf(rep->cpuset, sizeof(rep->cpuset), "%s", pw->cpuset);
         rep->exit_code = -1;
         rep->memory_limit = w->cg != NULL && pw->limits.memory > 0 ? pw->limits.memory : -1;
+        rep->job_memory_limit =
+            w->cg != NULL && sv->plan.job_limits.memory > 0 ? sv->plan.job_limits.memory : -1;
         rep->memory_peak = rep->oom_kills = -1;
         w->rep = rep;
         w->pid = 0;

@@ -140,7 +140,7 @@ join_devices(const struct xmp_worker_report *w, char *buf, size_t size)
 void
 xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
 {
-    char who[160], devs[128], sig[32], limit[32], peak[32], oom_note[128];
+    char who[160], devs[128], sig[32], limit[32], peak[32], at_limit[64], oom_note[128];
     const char *descr;
 
     join_devices(w, devs, sizeof(devs));
@@ -148,25 +148,27 @@ xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
         snprintf(who, sizeof(who), "worker %d (%s)", w->rank, devs);
     else
         snprintf(who, sizeof(who), "worker %d", w->rank);
+    /* The limit that was hit: the worker's own, else the job's (shared by all workers). */
+    at_limit[0] = '\0';
+    if (w->memory_limit >= 0) {
+        xmp_format_bytes(w->memory_limit, limit, sizeof(limit));
+        snprintf(at_limit, sizeof(at_limit), " at its %s memory limit", limit);
+    } else if (w->job_memory_limit >= 0) {
+        xmp_format_bytes(w->job_memory_limit, limit, sizeof(limit));
+        snprintf(at_limit, sizeof(at_limit), " at the job's %s memory limit", limit);
+    }
     /* A worker that fails after the OOM killer took one of its children (a data-loader
      * process, say) did not die of the OOM kill itself, but that is what the user must know. */
     oom_note[0] = '\0';
-    if (w->oom_kills > 0 && w->state != XMP_WORKER_OOM_KILLED) {
-        xmp_format_bytes(w->memory_limit, limit, sizeof(limit));
+    if (w->oom_kills > 0 && w->state != XMP_WORKER_OOM_KILLED)
         snprintf(oom_note, sizeof(oom_note),
-                 " after the kernel OOM killer killed a process in it%s%s%s",
-                 w->memory_limit >= 0 ? " at its " : "", w->memory_limit >= 0 ? limit : "",
-                 w->memory_limit >= 0 ? " memory limit" : "");
-    }
+                 " after the kernel OOM killer killed a process in it%s", at_limit);
 
     switch (w->state) {
     case XMP_WORKER_OOM_KILLED:
-        xmp_format_bytes(w->memory_limit, limit, sizeof(limit));
         xmp_format_bytes(w->memory_peak, peak, sizeof(peak));
-        snprintf(buf, size, "%s was killed by the kernel OOM killer%s%s%s%s%s", who,
-                 w->memory_limit >= 0 ? " at its " : "", w->memory_limit >= 0 ? limit : "",
-                 w->memory_limit >= 0 ? " memory limit" : "", w->memory_peak >= 0 ? " (peak " : "",
-                 w->memory_peak >= 0 ? peak : "");
+        snprintf(buf, size, "%s was killed by the kernel OOM killer%s%s%s", who, at_limit,
+                 w->memory_peak >= 0 ? " (peak " : "", w->memory_peak >= 0 ? peak : "");
         if (w->memory_peak >= 0)
             strncat(buf, ")", size - strlen(buf) - 1);
         return;

@@ -198,3 +198,29 @@ Test(limits, oom_kill_of_a_child_is_named, .timeout = 120)
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
+
+Test(limits, oom_at_the_job_limit, .timeout = 120)
+{
+    struct e2e e;
+    if (!e2e_can_cgroup())
+        cr_skip_test("needs root or a delegated cgroup");
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: jobmem\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'if [ \"$RANK\" = 0 ]; then exec %1$s alloc 512; fi; "
+                 "exec %1$s sleep 60'\n"
+                 "resources: {job: {memory: 64Mi}}\n"
+                 "on_failure: {grace: 5s}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 137, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *rc = json_object_get(e.rep, "root_cause");
+    cr_assert_eq(json_integer_value(json_object_get(rc, "rank")), 0);
+    cr_assert_not_null(strstr(e2e_str(rc, "message"), "worker 0 (cpu) was killed by the kernel "
+                                                      "OOM killer at the job's 64.0 MiB memory "
+                                                      "limit"),
+                       "%s", e2e_str(rc, "message"));
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}

@@ -30,7 +30,7 @@ add_worker(struct xmp_report *r, enum xmp_worker_state state, int exit_code, int
     w->state = state;
     w->exit_code = exit_code;
     w->signal = sig;
-    w->memory_limit = w->memory_peak = w->oom_kills = -1;
+    w->memory_limit = w->memory_peak = w->oom_kills = w->job_memory_limit = -1;
     w->started_at.tv_sec = 1700000000;
     w->ended_at.tv_sec = 1700000000 + ended_ns / 1000000000;
     w->ended_mono_ns = ended_ns;
@@ -285,5 +285,21 @@ Test(report, oom_of_a_child_is_mentioned)
     cr_assert_str_eq(r.cause_message, "worker 0 (cpu) exited with status 1 after the kernel OOM "
                                       "killer killed a process in it at its 512.0 MiB memory "
                                       "limit");
+    xmp_report_release(&r);
+}
+
+Test(report, oom_at_the_job_limit)
+{
+    struct xmp_report r;
+    struct xmp_worker_report *w;
+    init_report(&r);
+    w = add_worker(&r, XMP_WORKER_OOM_KILLED, -1, SIGKILL, 100);
+    w->job_memory_limit = 2LL << 30;
+    w->oom_kills = 1;
+    xmp_report_finish(&r);
+    cr_assert_eq(r.exit_code, 137);
+    cr_assert_str_eq(r.cause_message,
+                     "worker 0 (cpu) was killed by the kernel OOM killer at the job's 2.0 GiB "
+                     "memory limit");
     xmp_report_release(&r);
 }
