@@ -245,10 +245,13 @@ reap_children(struct xmp_supervisor *sv)
             if (w->running && w->pid == si.si_pid) {
                 try_reap(sv, w);
                 worker = true;
+                /* Never spin on a status that the pidfd did not collect. */
+                if (w->running)
+                    return;
             }
         }
-        if (!worker)
-            waitpid(si.si_pid, NULL, WNOHANG);
+        if (!worker && waitpid(si.si_pid, NULL, WNOHANG) <= 0)
+            return;
     }
 }
 
@@ -299,11 +302,10 @@ on_timer(struct xmp_supervisor *sv)
     if (sv->deadline_ns > 0 && !sv->report.timed_out && now >= sv->deadline_ns) {
         sv->report.timed_out = true;
         sv->report.timeout_mono_ns = now;
-        if (sv->stopping == STOP_NONE || sv->stopping == STOP_FAILURE) {
-            /* Workers that end from here on were stopped by the deadline. */
-            if (sv->stopping == STOP_NONE)
-                stop_all(sv, STOP_TIMEOUT, SIGTERM);
-        }
+        /* Workers that end from here on were stopped by the deadline, unless a failure or a
+         * signal had already started stopping them. */
+        if (sv->stopping == STOP_NONE)
+            stop_all(sv, STOP_TIMEOUT, SIGTERM);
     }
     if (sv->kill_at_ns > 0 && now >= sv->kill_at_ns)
         kill_all_now(sv);
@@ -404,6 +406,7 @@ spawn_worker(struct xmp_supervisor *sv, struct worker *w, size_t index)
         .workdir = sv->plan.workdir,
         .cpus = w->has_cpus ? &w->cpus : NULL,
         .no_new_privs = spec->no_new_privs,
+        .stdin_fd = sv->stdin_fd,
         .stdout_fd = po[1],
         .stderr_fd = pe[1],
         .cg = w->cg,
@@ -544,6 +547,8 @@ prepare_run(struct xmp_supervisor *sv)
         snprintf(rep->cpuset, sizeof(rep->cpuset), "%s", pw->cpuset);
         rep->exit_code = -1;
         rep->memory_limit = w->cg != NULL && pw->limits.memory > 0 ? pw->limits.memory : -1;
+        rep->job_memory_limit =
+            w->cg != NULL && sv->plan.job_limits.memory > 0 ? sv->plan.job_limits.memory : -1;
         rep->memory_peak = rep->oom_kills = -1;
         w->rep = rep;
         w->pid = 0;

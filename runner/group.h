@@ -55,6 +55,7 @@ struct xmp_supervisor {
     int epfd;
     int sigfd;
     int timerfd;
+    int stdin_fd; /* /dev/null when xmprun's stdin is a terminal, else -1 (inherit) */
     struct worker *workers;
     size_t n_workers;
     size_t n_running;

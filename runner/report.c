@@ -140,7 +140,7 @@ join_devices(const struct xmp_worker_report *w, char *buf, size_t size)
 void
 xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
 {
-    char who[160], devs[128], sig[32], limit[32], peak[32];
+    char who[160], devs[128], sig[32], limit[32], peak[32], at_limit[64], oom_note[128];
     const char *descr;
 
     join_devices(w, devs, sizeof(devs));
@@ -148,15 +148,27 @@ xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
         snprintf(who, sizeof(who), "worker %d (%s)", w->rank, devs);
     else
         snprintf(who, sizeof(who), "worker %d", w->rank);
+    /* The limit that was hit: the worker's own, else the job's (shared by all workers). */
+    at_limit[0] = '\0';
+    if (w->memory_limit >= 0) {
+        xmp_format_bytes(w->memory_limit, limit, sizeof(limit));
+        snprintf(at_limit, sizeof(at_limit), " at its %s memory limit", limit);
+    } else if (w->job_memory_limit >= 0) {
+        xmp_format_bytes(w->job_memory_limit, limit, sizeof(limit));
+        snprintf(at_limit, sizeof(at_limit), " at the job's %s memory limit", limit);
+    }
+    /* A worker that fails after the OOM killer took one of its children (a data-loader
+     * process, say) did not die of the OOM kill itself, but that is what the user must know. */
+    oom_note[0] = '\0';
+    if (w->oom_kills > 0 && w->state != XMP_WORKER_OOM_KILLED)
+        snprintf(oom_note, sizeof(oom_note),
+                 " after the kernel OOM killer killed a process in it%s", at_limit);
 
     switch (w->state) {
     case XMP_WORKER_OOM_KILLED:
-        xmp_format_bytes(w->memory_limit, limit, sizeof(limit));
         xmp_format_bytes(w->memory_peak, peak, sizeof(peak));
-        snprintf(buf, size, "%s was killed by the kernel OOM killer%s%s%s%s%s", who,
-                 w->memory_limit >= 0 ? " at its " : "", w->memory_limit >= 0 ? limit : "",
-                 w->memory_limit >= 0 ? " memory limit" : "", w->memory_peak >= 0 ? " (peak " : "",
-                 w->memory_peak >= 0 ? peak : "");
+        snprintf(buf, size, "%s was killed by the kernel OOM killer%s%s%s", who, at_limit,
+                 w->memory_peak >= 0 ? " (peak " : "", w->memory_peak >= 0 ? peak : "");
         if (w->memory_peak >= 0)
             strncat(buf, ")", size - strlen(buf) - 1);
         return;
@@ -169,17 +181,17 @@ xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
             descr = sigdescr_np(w->signal);
             snprintf(lower, sizeof(lower), "%s", descr != NULL ? descr : "unknown signal");
             lower[0] = (char)(lower[0] >= 'A' && lower[0] <= 'Z' ? lower[0] - 'A' + 'a' : lower[0]);
-            snprintf(buf, size, "%s was killed by signal %s (%s)", who, sig, lower);
+            snprintf(buf, size, "%s was killed by signal %s (%s)%s", who, sig, lower, oom_note);
             return;
         }
-        snprintf(buf, size, "%s exited with status %d", who, w->exit_code);
+        snprintf(buf, size, "%s exited with status %d%s", who, w->exit_code, oom_note);
         return;
     case XMP_WORKER_FAILED_TO_START:
         snprintf(buf, size, "%s could not start: %s", who,
                  w->start_error[0] != '\0' ? w->start_error : "unknown error");
         return;
     case XMP_WORKER_EXITED:
-        snprintf(buf, size, "%s exited with status %d", who, w->exit_code);
+        snprintf(buf, size, "%s exited with status %d%s", who, w->exit_code, oom_note);
         return;
     case XMP_WORKER_RUNNING:
         snprintf(buf, size, "%s is still running", who);
@@ -282,6 +294,13 @@ xmp_report_finish(struct xmp_report *r)
     }
 }
 
+/* Rounds a non-negative value to 1/scale (milliseconds, microseconds), without libm. */
+static double
+round_to(double v, double scale)
+{
+    return v > 0 ? (double)(int64_t)(v * scale + 0.5) / scale : 0.0;
+}
+
 static json_t *
 time_json(const struct timespec *ts)
 {
@@ -338,7 +357,8 @@ worker_json(const struct xmp_worker_report *w)
                                   "peak_bytes", int_or_null(w->memory_peak), "oom_kills",
                                   int_or_null(w->oom_kills)));
     json_object_set_new(o, "cpu",
-                        json_pack("{s:f, s:f}", "user_s", w->user_s, "system_s", w->system_s));
+                        json_pack("{s:f, s:f}", "user_s", round_to(w->user_s, 1e6), "system_s",
+                                  round_to(w->system_s, 1e6)));
     json_object_set_new(o, "stderr_tail", tail);
     json_object_set_new(o, "error_file",
                         w->error_file != NULL ? json_incref(w->error_file) : json_null());
@@ -382,7 +402,7 @@ xmp_report_to_json(const struct xmp_report *r)
                                   r->world_size));
     json_object_set_new(o, "started_at", time_json(&r->started_at));
     json_object_set_new(o, "ended_at", time_json(&r->ended_at));
-    json_object_set_new(o, "duration_s", json_real(duration > 0 ? duration : 0.0));
+    json_object_set_new(o, "duration_s", json_real(duration > 0 ? round_to(duration, 1e3) : 0.0));
     json_object_set_new(o, "outcome", json_string(xmp_outcome_name(r->outcome)));
     json_object_set_new(o, "exit_code", json_integer(r->exit_code));
     json_object_set_new(
@@ -433,7 +453,8 @@ xmp_report_write(const struct xmp_report *r, const char *path, struct xmp_error 
         return xmp_error_set(err, ENOMEM, "report");
     }
     doc = xmp_report_to_json(r);
-    text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    /* 15 significant digits: durations and CPU times without binary-fraction noise. */
+    text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
     json_decref(doc);
     if (text == NULL)
         return xmp_error_set(err, ENOMEM, "report: encode JSON");

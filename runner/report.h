@@ -53,8 +53,11 @@ struct xmp_worker_report {
     int exit_code;        /* -1: null (killed by a signal, or never started) */
     int signal;           /* 0: null */
     int64_t memory_limit; /* bytes, -1: null */
-    int64_t memory_peak;  /* bytes, -1: null */
-    int64_t oom_kills;    /* -1: null */
+    /* resources.job.memory, -1: none; names the limit of an OOM kill the worker's own limit
+     * did not cause. */
+    int64_t job_memory_limit;
+    int64_t memory_peak; /* bytes, -1: null */
+    int64_t oom_kills;   /* -1: null */
     double user_s;
     double system_s;
     char **stderr_tail; /* owned, n_tail lines, oldest first */

@@ -124,9 +124,9 @@ child_main(const struct xmp_spawn_args *a, int errfd, pid_t parent, bool attach,
         xmp_error_set(&err, errno, "prctl(PR_SET_NO_NEW_PRIVS)");
         child_fail(errfd, &err, 125);
     }
-    int fds[2] = {a->stdout_fd, a->stderr_fd};
-    for (int target = 1; target <= 2; target++) {
-        int fd = fds[target - 1];
+    int fds[3] = {a->stdin_fd, a->stdout_fd, a->stderr_fd};
+    for (int target = 0; target <= 2; target++) {
+        int fd = fds[target];
         if (fd < 0)
             continue;
         /* dup2 onto itself would keep FD_CLOEXEC, and the worker would lose the stream. */

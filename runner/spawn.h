@@ -19,6 +19,7 @@ struct xmp_spawn_args {
     const char *workdir;   /* NULL: stay */
     const cpu_set_t *cpus; /* NULL: inherit xmprun's affinity */
     bool no_new_privs;
+    int stdin_fd;  /* -1 (or 0) inherits xmprun's */
     int stdout_fd; /* write ends; -1 inherits xmprun's */
     int stderr_fd;
     const struct xmp_cgroup *cg; /* NULL: no cgroup */

@@ -112,12 +112,81 @@ process_matches(pid_t pid, unsigned long long start)
     return xmp_proc_start_time(pid, &now) == 0 && now == start;
 }
 
+static char *
+slurp(const char *path)
+{
+    cleanup_fclose FILE *f = fopen(path, "re");
+    char *text = NULL;
+    size_t len = 0;
+
+    if (f == NULL || getdelim(&text, &len, '\0', f) < 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* True when a process xmprun cannot see shares its cgroup or an xmprun-self-* leaf next to it:
+ * cgroup.procs shows such processes as pid 0. That happens when xmprun runs in a pid namespace
+ * of its own (as PID 1 of `unshare -p`, say) inside a cgroup it shares with the parent
+ * namespace, where other xmpruns' pids look dead from here. Errs on the side of "yes". */
+static bool
+foreign_processes_nearby(void)
+{
+    cleanup_free char *proc = slurp("/proc/self/cgroup");
+    cleanup_free char *mounts = slurp("/proc/self/mountinfo");
+    char path[4096], mnt[4096], root[4096], dir[4096], procs[4400], line[32];
+    struct xmp_error err = {0};
+    bool found = false;
+    DIR *d;
+    struct dirent *de;
+
+    if (proc == NULL || mounts == NULL)
+        return true;
+    /* The cgroup2 tree when there is one (unified or hybrid), else the v1 pids hierarchy. */
+    if (xmp_cgroup_parse_proc(proc, "", path, sizeof(path), NULL, &err) < 0 ||
+        xmp_cgroup_parse_mountinfo(mounts, NULL, mnt, sizeof(mnt), root, sizeof(root), &err) < 0) {
+        if (xmp_cgroup_parse_proc(proc, "pids", path, sizeof(path), NULL, &err) < 0 ||
+            xmp_cgroup_parse_mountinfo(mounts, "pids", mnt, sizeof(mnt), root, sizeof(root), &err) <
+                0)
+            return true;
+    }
+    xmp_cgroup_own_normalize(path);
+    if (xmp_cgroup_join(mnt, root, path, dir, sizeof(dir), &err) < 0)
+        return true;
+    d = opendir(dir);
+    if (d == NULL)
+        return true;
+    for (de = NULL; !found;) {
+        /* First xmprun's own cgroup, then every xmprun-self-* leaf beside it. */
+        if (de == NULL)
+            snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
+        else if (strncmp(de->d_name, "xmprun-self-", 12) == 0)
+            snprintf(procs, sizeof(procs), "%s/%s/cgroup.procs", dir, de->d_name);
+        else
+            procs[0] = '\0';
+        if (procs[0] != '\0') {
+            cleanup_fclose FILE *f = fopen(procs, "re");
+            while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+                if (strcmp(line, "0\n") == 0)
+                    found = true;
+        }
+        if ((de = readdir(d)) == NULL)
+            break;
+    }
+    closedir(d);
+    return found;
+}
+
 /* What the collector learned from the state files, for deciding on cgroup names. */
 struct gc_ctx {
     char **live; /* cgroup names whose owner runs */
     size_t n_live;
     char **dead; /* cgroup names whose owner is gone */
     size_t n_dead;
+    char **files; /* their state files, removed once the cgroups are */
+    size_t n_files;
+    bool pids_visible; /* every owner pid in the cgroup names can be checked from here */
 };
 
 static bool
@@ -156,13 +225,13 @@ is_orphan(const char *name, void *data)
 
     if (in_list(ctx->live, ctx->n_live, name))
         return false;
+    /* Without a state file only the owner pid in the name is left to judge by, and from inside
+     * a pid namespace the owners outside it look dead: never collect on that basis there. */
+    if (!ctx->pids_visible && !in_list(ctx->dead, ctx->n_dead, name))
+        return false;
     /* The leaf a cgroup v2 xmprun moved itself into: collectable once that xmprun is gone. */
-    if (strncmp(name, "xmprun-self-", 12) == 0) {
-        char *end;
-        long pid = strtol(name + 12, &end, 10);
-        return *end == '\0' && pid > 0 && pid != getpid() && kill((pid_t)pid, 0) < 0 &&
-               errno == ESRCH;
-    }
+    if (xmp_cgroup_self_leaf_pid(name, &owner))
+        return owner > 0 && owner != getpid() && kill(owner, 0) < 0 && errno == ESRCH;
     if (in_list(ctx->dead, ctx->n_dead, name))
         return true;
     /* No state file (it could not be written, or was lost): only a dead owner pid counts, so
@@ -223,7 +292,8 @@ scan_state_file(const char *dir, const char *file, struct gc_ctx *ctx)
         json_decref(doc);
         return;
     }
-    if (pid > 0 && process_matches((pid_t)pid, (unsigned long long)start)) {
+    /* Where other namespaces' pids are invisible, a missing owner proves nothing. */
+    if ((pid > 0 && process_matches((pid_t)pid, (unsigned long long)start)) || !ctx->pids_visible) {
         push(&ctx->live, &ctx->n_live, cg);
         json_decref(doc);
         return;
@@ -239,6 +309,7 @@ scan_state_file(const char *dir, const char *file, struct gc_ctx *ctx)
     }
     remove_run_dir(json_string_value(json_object_get(doc, "run_dir")));
     push(&ctx->dead, &ctx->n_dead, cg);
+    push(&ctx->files, &ctx->n_files, path);
     json_decref(doc);
 }
 
@@ -251,6 +322,7 @@ xmp_state_gc(const char *dir, struct xmp_error *err)
     struct dirent *de;
     int removed = 0, ret = 0;
 
+    ctx.pids_visible = !foreign_processes_nearby();
     while (d != NULL && (de = readdir(d)) != NULL) {
         size_t len = strlen(de->d_name);
         if (de->d_name[0] == '.' || len < 6 || strcmp(de->d_name + len - 5, ".json") != 0)
@@ -265,10 +337,13 @@ xmp_state_gc(const char *dir, struct xmp_error *err)
         if (removed < 0)
             ret = -1;
     }
-    for (size_t i = 0; i < ctx.n_dead; i++) {
-        xmp_state_remove(dir, ctx.dead[i]);
-        free(ctx.dead[i]);
+    for (size_t i = 0; i < ctx.n_files; i++) {
+        unlink(ctx.files[i]);
+        free(ctx.files[i]);
     }
+    for (size_t i = 0; i < ctx.n_dead; i++)
+        free(ctx.dead[i]);
+    free(ctx.files);
     for (size_t i = 0; i < ctx.n_live; i++)
         free(ctx.live[i]);
     free(ctx.dead);

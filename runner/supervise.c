@@ -176,9 +176,10 @@ setup_workers(struct xmp_supervisor *sv, struct xmp_error *err)
         if (w->pw->cpuset[0] != '\0' && xmp_cpulist_parse(w->pw->cpuset, &w->cpus, &e) == 0)
             w->has_cpus = true;
     }
-    /* The scratch directory for the workers' TORCHELASTIC_ERROR_FILEs, private to the job. */
+    /* The scratch directory for the workers' TORCHELASTIC_ERROR_FILEs, private to the job. It
+     * must be new: in a shared /tmp an existing one could belong to someone else. */
     if (sv->plan.run_dir != NULL) {
-        if (mkdir(sv->plan.run_dir, 0700) < 0 && errno != EEXIST)
+        if (mkdir(sv->plan.run_dir, 0700) < 0)
             return xmp_error_set(err, errno, "mkdir `%s`", sv->plan.run_dir);
         sv->made_run_dir = true;
     }
@@ -320,6 +321,8 @@ cleanup(struct xmp_supervisor *sv)
         close(sv->epfd);
     if (sv->timerfd >= 0)
         close(sv->timerfd);
+    if (sv->stdin_fd >= 0)
+        close(sv->stdin_fd);
     if (sv->have_plan)
         xmp_plan_free(&sv->plan);
     if (sv->have_host)
@@ -330,7 +333,8 @@ cleanup(struct xmp_supervisor *sv)
 int
 xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts)
 {
-    struct xmp_supervisor sv = {.spec = spec, .opts = opts, .epfd = -1, .sigfd = -1, .timerfd = -1};
+    struct xmp_supervisor sv = {
+        .spec = spec, .opts = opts, .epfd = -1, .sigfd = -1, .timerfd = -1, .stdin_fd = -1};
     struct xmp_error err = {0};
     char buf[512];
     const char *path;
@@ -341,6 +345,11 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts)
     sv.report.cgroup_mode = "none";
     sv.state_dir = xmp_state_dir(opts->environ);
 
+    /* Workers run in their own process groups, in the background as far as a terminal is
+     * concerned: one that read the terminal would be stopped by SIGTTIN for good. So a terminal
+     * stdin is replaced by /dev/null; a file or pipe is passed on. */
+    if (isatty(STDIN_FILENO))
+        sv.stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (setup_signals(&sv, &err) < 0)
         goto setup_failed;
     /* Quietly collect what an xmprun killed with SIGKILL left behind. */
@@ -355,6 +364,12 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts)
     if (xmp_plan_build(spec, &sv.host, opts->environ, getpid(), &sv.plan, &err) < 0)
         goto setup_failed;
     sv.have_plan = true;
+    /* Refuse rather than quietly run the command once per worker: a zygote that preloads and
+     * forks its workers is a different program from one exec'd per worker. */
+    if (spec->start == XMP_START_FORK) {
+        xmp_error_set(&err, 0, "start: fork is not supported by this xmprun yet; use start: exec");
+        goto setup_failed;
+    }
     if (setup_workers(&sv, &err) < 0 || setup_cgroups(&sv, &err) < 0)
         goto setup_failed;
     sv.report.cgroup_mode = xmp_cgroup_mode_name(sv.mode);

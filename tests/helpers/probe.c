@@ -18,6 +18,19 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The one piece of global state: the fd the signal handler of `ignore-term` writes to. */
+static int signal_log_fd = -1;
+
+static void
+note_signal(int sig)
+{
+    int saved = errno;
+    const char *name = sig == SIGTERM ? "TERM\n" : sig == SIGINT ? "INT\n" : "HUP\n";
+    if (signal_log_fd >= 0)
+        (void)!write(signal_log_fd, name, strlen(name));
+    errno = saved;
+}
+
 static void
 usage(void)
 {
@@ -186,8 +199,18 @@ run(int argc, char **argv)
     if (strcmp(cmd, "setsid-orphan") == 0)
         return do_setsid_orphan(argc >= 2 ? argv[1] : NULL, argc >= 3 && !strcmp(argv[2], "wait"));
     if (strcmp(cmd, "ignore-term") == 0) {
-        signal(SIGTERM, SIG_IGN);
-        printf("ignoring SIGTERM\n");
+        /* Survives the stop signals (SIGTERM, SIGINT, SIGHUP), noting each one in the file
+         * $PROBE_SIGNAL_LOG names, so a test knows it arrived; only SIGKILL ends it. */
+        const char *log = getenv("PROBE_SIGNAL_LOG");
+        struct sigaction sa = {.sa_handler = note_signal};
+        if (log != NULL)
+            signal_log_fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+        if (signal_log_fd >= 0)
+            (void)!write(signal_log_fd, "ready\n", 6);
+        printf("ignoring SIGTERM, SIGINT and SIGHUP\n");
         fflush(stdout);
         sleep_s(argc >= 2 ? atof(argv[1]) : 60);
         return 0;

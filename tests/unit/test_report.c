@@ -30,7 +30,7 @@ add_worker(struct xmp_report *r, enum xmp_worker_state state, int exit_code, int
     w->state = state;
     w->exit_code = exit_code;
     w->signal = sig;
-    w->memory_limit = w->memory_peak = w->oom_kills = -1;
+    w->memory_limit = w->memory_peak = w->oom_kills = w->job_memory_limit = -1;
     w->started_at.tv_sec = 1700000000;
     w->ended_at.tv_sec = 1700000000 + ended_ns / 1000000000;
     w->ended_mono_ns = ended_ns;
@@ -268,5 +268,38 @@ Test(report, write_fails_cleanly)
     xmp_report_finish(&r);
     cr_assert_eq(xmp_report_write(&r, "/nonexistent-dir/x.json", &err), -1);
     cr_assert_not_null(strstr(err.msg, "/nonexistent-dir"));
+    xmp_report_release(&r);
+}
+
+Test(report, oom_of_a_child_is_mentioned)
+{
+    struct xmp_report r;
+    struct xmp_worker_report *w;
+    init_report(&r);
+    w = add_worker(&r, XMP_WORKER_EXITED, 1, 0, 100);
+    w->memory_limit = 512LL << 20;
+    w->oom_kills = 1;
+    xmp_report_finish(&r);
+    cr_assert_eq(r.exit_code, 1);
+    cr_assert_str_eq(r.cause_reason, "exited");
+    cr_assert_str_eq(r.cause_message, "worker 0 (cpu) exited with status 1 after the kernel OOM "
+                                      "killer killed a process in it at its 512.0 MiB memory "
+                                      "limit");
+    xmp_report_release(&r);
+}
+
+Test(report, oom_at_the_job_limit)
+{
+    struct xmp_report r;
+    struct xmp_worker_report *w;
+    init_report(&r);
+    w = add_worker(&r, XMP_WORKER_OOM_KILLED, -1, SIGKILL, 100);
+    w->job_memory_limit = 2LL << 30;
+    w->oom_kills = 1;
+    xmp_report_finish(&r);
+    cr_assert_eq(r.exit_code, 137);
+    cr_assert_str_eq(r.cause_message,
+                     "worker 0 (cpu) was killed by the kernel OOM killer at the job's 2.0 GiB "
+                     "memory limit");
     xmp_report_release(&r);
 }

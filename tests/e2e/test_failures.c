@@ -1,0 +1,271 @@
+/* End to end: how a job fails. The first failing worker's exit code becomes xmprun's and
+ * kill-all stops the others; a missing program is failed_to_start (127); the deadline gives 124;
+ * restarts rerun the whole group; a worker's TORCHELASTIC_ERROR_FILE and stderr tail reach the
+ * report. Every test checks the status, the report against its schema, and that nothing leaked. */
+#include "e2e/e2e.h"
+
+Test(failures, first_failure_exit_code_and_kill_all, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: failfast\n"
+                 "workers: 3\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'if [ \"$RANK\" = 1 ]; then sleep 0.5; exit 3; fi; exec %1$s sleep 60'\n"
+                 "on_failure: {action: kill-all, grace: 5s}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 3, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_str_eq(e2e_str(e.rep, "outcome"), "failed");
+    cr_assert_eq(json_integer_value(json_object_get(e.rep, "exit_code")), 3);
+    json_t *rc = json_object_get(e.rep, "root_cause");
+    cr_assert_eq(json_integer_value(json_object_get(rc, "rank")), 1);
+    cr_assert_str_eq(e2e_str(rc, "reason"), "exited");
+    cr_assert_str_eq(e2e_str(rc, "message"), "worker 1 (cpu) exited with status 3");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "state"), "stopped_by_xmprun");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 1), "state"), "exited");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 2), "state"), "stopped_by_xmprun");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "signal"), "SIGTERM");
+    /* The sleeping workers were stopped at once, not after their 60 s. */
+    cr_assert_lt(json_real_value(json_object_get(e.rep, "duration_s")), 30.0);
+    cr_assert_not_null(strstr(e.r.err, "root cause: worker 1 (cpu) exited with status 3"));
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(failures, continue_lets_the_others_finish, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: keepgoing\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'if [ \"$RANK\" = 0 ]; then exit 5; fi; exec %1$s sleep 1'\n"
+                 "on_failure: {action: continue}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 5, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "state"), "exited");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 1), "state"), "exited");
+    cr_assert_eq(json_integer_value(json_object_get(e2e_worker(&e, 1), "exit_code")), 0);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(failures, missing_executable_is_failed_to_start, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: nosuch\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: [xmprun-no-such-program, --flag]\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 127, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *rc = json_object_get(e.rep, "root_cause");
+    cr_assert_str_eq(e2e_str(rc, "reason"), "failed_to_start");
+    cr_assert_not_null(strstr(e2e_str(rc, "message"), "could not start: exec "
+                                                      "`xmprun-no-such-program`: No such file "
+                                                      "or directory"),
+                       "%s", e2e_str(rc, "message"));
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "state"), "failed_to_start");
+    cr_assert_eq(json_integer_value(json_object_get(e2e_worker(&e, 0), "exit_code")), 127);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(failures, not_executable_is_126, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    free(xt_write_file(e.dir, "data.txt", "not a program\n"));
+    e2e_spec(&e, "version: 1\n"
+                 "name: noexec\n"
+                 "workers: 1\n"
+                 "devices: {kind: cpu}\n"
+                 "command: ['%2$s/data.txt']\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 126, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_not_null(
+        strstr(e2e_str(json_object_get(e.rep, "root_cause"), "message"), "Permission denied"));
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(failures, timeout_gives_124, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: slow\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: ['%1$s', sleep, '60']\n"
+                 "timeout: 1s\n"
+                 "on_failure: {grace: 2s}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 124, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_str_eq(e2e_str(e.rep, "outcome"), "timeout");
+    cr_assert_str_eq(e2e_str(json_object_get(e.rep, "root_cause"), "message"),
+                     "the job hit its 1s timeout");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "state"), "timeout");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 1), "state"), "timeout");
+    cr_assert_lt(json_real_value(json_object_get(e.rep, "duration_s")), 30.0);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(failures, timeout_kills_what_ignores_sigterm_after_grace, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: stubborn\n"
+                 "workers: 1\n"
+                 "devices: {kind: cpu}\n"
+                 "command: ['%1$s', ignore-term, '60']\n"
+                 "timeout: 2s\n"
+                 "on_failure: {grace: 1s}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 124, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "signal"), "SIGKILL");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "state"), "timeout");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(failures, restarts_rerun_the_group, .timeout = 120)
+{
+    struct e2e e;
+    char *log;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: flaky\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'echo \"$RANK:$XMPRUN_RESTART_COUNT\" >> %2$s/runs.log; "
+                 "[ \"$XMPRUN_RESTART_COUNT\" = 2 ] || [ \"$RANK\" = 1 ] || exit 4; "
+                 "exec %1$s sleep 0.2'\n"
+                 "on_failure: {action: kill-all, restarts: 3, grace: 2s}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 0, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_str_eq(e2e_str(e.rep, "outcome"), "succeeded");
+    cr_assert_eq(json_integer_value(json_object_get(e.rep, "restarts")), 2);
+    cr_assert_eq(json_array_size(json_object_get(e.rep, "attempts")), 2);
+    json_t *a0 = json_array_get(json_object_get(e.rep, "attempts"), 0);
+    cr_assert_eq(json_integer_value(json_object_get(a0, "exit_code")), 4);
+    log = xt_read_file(e2e_path(&e, "runs.log"));
+    cr_assert_not_null(log);
+    cr_assert_not_null(strstr(log, "0:0"));
+    cr_assert_not_null(strstr(log, "0:1"));
+    cr_assert_not_null(strstr(log, "0:2"));
+    cr_assert_null(strstr(log, "0:3"));
+    free(log);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(failures, restarts_run_out, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: broken\n"
+                 "workers: 1\n"
+                 "devices: {kind: cpu}\n"
+                 "command: ['%1$s', exit, '9']\n"
+                 "on_failure: {restarts: 2}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 9, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_eq(json_integer_value(json_object_get(e.rep, "restarts")), 2);
+    cr_assert_str_eq(e2e_str(e.rep, "outcome"), "failed");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(failures, error_file_and_stderr_tail, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: pyerror\n"
+                 "workers: 1\n"
+                 "devices: {kind: cpu}\n"
+                 "command: ['%1$s', errorfile]\n"
+                 "logs: {tail: 5, dir: '%2$s/logs'}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 1, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *w = e2e_worker(&e, 0);
+    json_t *ef = json_object_get(w, "error_file");
+    cr_assert(json_is_object(ef), "error_file is not an object");
+    cr_assert_str_eq(e2e_str(json_object_get(ef, "message"), "message"),
+                     "RuntimeError: probe failed on purpose");
+    json_t *tail = json_object_get(w, "stderr_tail");
+    cr_assert_eq(json_array_size(tail), 1);
+    cr_assert_str_eq(json_string_value(json_array_get(tail, 0)),
+                     "RuntimeError: probe failed on purpose");
+    char *logged = xt_read_file(e2e_path(&e, "logs/rank-0.err"));
+    cr_assert_not_null(logged);
+    cr_assert_str_eq(logged, "RuntimeError: probe failed on purpose\n");
+    free(logged);
+    /* Console prefix mode. */
+    cr_assert_not_null(strstr(e.r.err, "[0] RuntimeError: probe failed on purpose\n"));
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(failures, flood_of_output, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: flood\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: ['%1$s', flood, '100000']\n"
+                 "logs: {console: rank0, tail: 3}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 0, "stderr:\n%.2000s", e.r.err);
+    e2e_load_report(&e);
+    /* rank0: only rank 0's lines, unprefixed, all of them. */
+    size_t lines = 0;
+    for (const char *p = e.r.out; (p = strchr(p, '\n')) != NULL; p++)
+        lines++;
+    cr_assert_eq(lines, 100000);
+    cr_assert_null(strstr(e.r.out, "[1]"));
+    json_t *tail = json_object_get(e2e_worker(&e, 1), "stderr_tail");
+    cr_assert_eq(json_array_size(tail), 3);
+    cr_assert_str_eq(json_string_value(json_array_get(tail, 2)), "err 99990");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(failures, example_failfast, .timeout = 120)
+{
+    struct e2e e;
+    char *spec = NULL;
+    e2e_init(&e);
+    cr_assert_eq(asprintf(&spec, "%s/examples/failfast.yaml", xt_source_dir()) > 0, 1);
+    e.spec = spec;
+    cr_assert_eq(e2e_run(&e, 90, NULL), 3, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(e.rep, "root_cause"), "rank")),
+                 2);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(failures, example_flaky, .timeout = 120)
+{
+    struct e2e e;
+    char *spec = NULL;
+    e2e_init(&e);
+    cr_assert_eq(asprintf(&spec, "%s/examples/flaky.yaml", xt_source_dir()) > 0, 1);
+    e.spec = spec;
+    cr_assert_eq(e2e_run(&e, 90, NULL), 0, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_eq(json_integer_value(json_object_get(e.rep, "restarts")), 1);
+    cr_assert_not_null(strstr(e.r.out, "[0] rank 0, attempt 1"), "%s", e.r.out);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
