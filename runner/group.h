@@ -8,6 +8,7 @@
 #include "runner/output.h"
 #include "runner/plan.h"
 #include "runner/report.h"
+#include "runner/spawn.h"
 #include "runner/supervise.h"
 
 #include <signal.h>
@@ -16,7 +17,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
-enum ev_kind { EV_SIGNAL = 1, EV_TIMER, EV_PIDFD, EV_STDOUT, EV_STDERR };
+enum ev_kind { EV_SIGNAL = 1, EV_TIMER, EV_PIDFD, EV_STDOUT, EV_STDERR, EV_EXEC };
 
 enum stop_reason { STOP_NONE = 0, STOP_FAILURE, STOP_TIMEOUT, STOP_INTERRUPT };
 
@@ -29,10 +30,11 @@ struct worker {
     bool has_cpus;
     pid_t pid;
     int pidfd;
-    bool running;      /* a process to reap */
-    bool start_failed; /* the child reported why it could not exec */
-    bool stop_sent;    /* xmprun asked it to stop */
-    int64_t oom_base;  /* oom_kills of the cgroup before this run */
+    struct xmp_spawned spawned; /* its exec status arrives through spawned.status_fd */
+    bool running;               /* a process to reap */
+    bool start_failed;          /* the child reported why it could not exec */
+    bool stop_sent;             /* xmprun asked it to stop */
+    int64_t oom_base;           /* oom_kills of the cgroup before this run */
     struct rusage ru_base;
     struct xmp_stream out;
     struct xmp_stream err;
