@@ -268,6 +268,53 @@ exists_in(const char *ctrl, const char *rel)
     return access(path, F_OK) == 0;
 }
 
+/* True when a controller of hierarchy H[i] (or of one comounted with it) is in list. */
+static inline bool
+mounted_with(size_t i, const char *const *list)
+{
+    for (size_t j = 0; j < NH; j++) {
+        if (strcmp(H[j].mnt, H[i].mnt) != 0)
+            continue;
+        for (const char *const *c = list; *c != NULL; c++)
+            if (strcmp(H[j].ctrl, *c) == 0)
+                return true;
+    }
+    return false;
+}
+
+/* The cgroup (relative to the hierarchy root, as /proc/<pid>/cgroup shows it) in which a worker
+ * `worker` of job `job`, created without limits, must be in hierarchy H[i]: its own directory
+ * where it needs one (memory and the cgroup2 tree always; in legacy mode also cpuacct, for CPU
+ * times, and freezer, for the kill), the job's elsewhere, and in hybrid mode, where the cgroup2
+ * tree kills (cgroup.kill or cgroup.freeze), the freezer hierarchy is not used at all. */
+/* False for the one hierarchy a job leaves alone: freezer in hybrid mode, where the cgroup2 tree
+ * kills (cgroup.kill or cgroup.freeze, seen in the job's cgroup2 directory). */
+static inline bool
+job_uses(size_t i, const char *job)
+{
+    char freeze[2048];
+
+    if (MODE != XMP_CGROUP_MODE_HYBRID || strcmp(H[i].ctrl, "freezer") != 0)
+        return true;
+    snprintf(freeze, sizeof(freeze), "%s/%s/cgroup.freeze", hier("")->dir, job);
+    return access(freeze, F_OK) < 0;
+}
+
+static inline void
+want_cgroup(size_t i, const char *job, const char *worker, char *want, size_t size)
+{
+    static const char *const always[] = {"memory", "", NULL};
+    static const char *const legacy[] = {"memory", "", "cpuacct", "freezer", NULL};
+    const char *own = H[i].own, *sep = strcmp(own, "/") ? "/" : "";
+
+    if (!job_uses(i, job))
+        snprintf(want, size, "%s", own);
+    else if (mounted_with(i, MODE == XMP_CGROUP_MODE_LEGACY ? legacy : always))
+        snprintf(want, size, "%s%s%s/%s", own, sep, job, worker);
+    else
+        snprintf(want, size, "%s%s%s", own, sep, job);
+}
+
 static inline struct xmp_cgroup *
 make_job(const char *what, int64_t memory, char *name, size_t size)
 {
