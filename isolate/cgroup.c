@@ -210,20 +210,6 @@ check_absent(const struct xmp_cgroup *cg, struct xmp_error *err)
     return 0;
 }
 
-/* After create: where cg has no directory of its own, attach puts its processes in its parent's
- * (the job's) directory, or leaves that hierarchy alone when the job has none there either. */
-static void
-inherit_procs(struct xmp_cgroup *cg)
-{
-    for (size_t i = 0; i < cg->layout->n; i++)
-        if (!(cg->own & (1u << i))) {
-            if (cg->parent != NULL)
-                memcpy(cg->procs[i], cg->parent->procs[i], sizeof(cg->procs[i]));
-            else
-                cg->procs[i][0] = '\0';
-        }
-}
-
 static void
 free_cgroup(struct xmp_cgroup *cg)
 {
@@ -316,7 +302,6 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
         free_cgroup(cg);
         return -1;
     }
-    inherit_procs(cg);
     *out = cg;
     return 0;
 }
@@ -354,7 +339,6 @@ xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
         free_cgroup(cg);
         return xmp_error_wrap(err, "cgroup %s", name);
     }
-    inherit_procs(cg);
     parent->children[parent->nchildren++] = cg;
     *out = cg;
     return 0;
@@ -411,10 +395,16 @@ xmp_cgroup_attach(const struct xmp_cgroup *cg, pid_t pid, bool into_unified, str
      * and the emptiness check look at that one alone. */
     if (u >= 0 && !into_unified && write_pid(cg->procs[u], num, len, err) < 0)
         return -1;
+    /* Where the cgroup has no directory of its own, into the job's if that has one (the job
+     * may have got it after this cgroup was made), else the hierarchy is left alone. */
     for (size_t i = 0; i < cg->layout->n; i++) {
-        if ((int)i == u || cg->procs[i][0] == '\0')
+        const char *procs = (cg->own & (1u << i)) ? cg->procs[i]
+                            : cg->parent != NULL && (cg->parent->own & (1u << i))
+                                ? cg->parent->procs[i]
+                                : NULL;
+        if ((int)i == u || procs == NULL)
             continue;
-        if (write_pid(cg->procs[i], num, len, err) < 0)
+        if (write_pid(procs, num, len, err) < 0)
             return -1;
     }
     return 0;

@@ -64,15 +64,16 @@ struct xmp_cgroup {
     struct xmp_cgroup **children;
     size_t nchildren;
     int dirfd; /* cgroup2 directory, or -1 */
-    /* Bit i: the cgroup has a directory of its own in hierarchy i. A worker gets one only where
-     * its limits, its stats or its kill need it (memory and the cgroup2 tree always); elsewhere
-     * its processes join the job's directory, so that they stay inside the job. */
+    /* Bit i: the cgroup has a directory of its own in hierarchy i. It gets one only where its
+     * limits, its stats or its kill need it (memory and the cgroup2 tree always); elsewhere a
+     * worker's processes join the job's directory if the job has one, else that hierarchy is
+     * left alone (no cgroup.procs write, which is what attach costs). */
     unsigned own;
     char rel[XMP_CG_PATH];  /* below xmprun's own cgroup: "xmprun-a-1" or ".../worker-0" */
     char path[XMP_CG_PATH]; /* for the report: relative to the (unified) hierarchy root */
     /* Precomputed per hierarchy, so that attach needs no allocation in a forked child. */
     char dir[XMP_CG_MAX_HIER][XMP_CG_PATH];
-    char procs[XMP_CG_MAX_HIER][XMP_CG_PATH]; /* "" where attach leaves the hierarchy alone */
+    char procs[XMP_CG_MAX_HIER][XMP_CG_PATH];
 };
 
 struct xmp_cg_ops {

@@ -118,19 +118,18 @@ tracked(const struct xmp_cg_layout *lay)
     return lay->caps.tracking && (lay->caps.v2_kill || lay->caps.v2_freeze);
 }
 
-/* The hierarchies cg gets a directory of its own in: the job every one it uses; a worker the
- * cgroup2 tree, memory (limits and the report's memory figures), and the others only where its
- * limits, its stats or its kill need them. In hybrid mode the cgroup2 tree does the kill
- * (cgroup.kill or cgroup.freeze), so the v1 freezer is not used at all, and its cpu.stat gives
- * CPU times, so a worker needs cpuacct only in legacy mode. */
+/* The hierarchies cg (job or worker) gets a directory of its own in: the cgroup2 tree, memory
+ * (limits and the report's memory figures), and the others only where its limits, its stats or
+ * its kill need them. In hybrid mode the cgroup2 tree does the kill (cgroup.kill or
+ * cgroup.freeze), so the v1 freezer is not used, and its cpu.stat gives CPU times, so cpuacct is
+ * needed only in legacy mode. A job gets the others when a worker first needs them (see
+ * extend_job): every attach to a v1 hierarchy costs a cgroup.procs write in the child. */
 static unsigned
 v1_mask(const struct xmp_cgroup *cg, const struct xmp_limits *l)
 {
     const struct xmp_cg_layout *lay = cg->layout;
     unsigned want = XMP_CG_MEMORY, mask = 0;
 
-    if (cg->parent == NULL)
-        want = ~0u;
     if (l->cpus_milli >= 0)
         want |= XMP_CG_CPU;
     if (l->has_cpus)
@@ -184,6 +183,27 @@ learn_caps(struct xmp_cgroup *cg, struct xmp_error *err)
     return 0;
 }
 
+/* Gives the job directories in the hierarchies of `missing`, which a worker is about to need:
+ * a worker's directory must be below the job's so that the job's directory is all that gc and
+ * the job's kill have to look at. A cpuset gets the parent's cpus and the job's mems. */
+static int
+extend_job(struct xmp_cgroup *job, unsigned missing, struct xmp_error *err)
+{
+    struct xmp_cg_values vals = {0};
+    struct xmp_limits none;
+
+    xmp_limits_init(&none);
+    if (v1_values(job, &none, missing, &vals, err) < 0 ||
+        xmp_cg_lc_create(job, missing, &vals, err) < 0) {
+        for (size_t i = 0; i < job->layout->n; i++)
+            if (missing & (1u << i))
+                rmdir(job->dir[i]);
+        return -1;
+    }
+    job->own |= missing;
+    return 0;
+}
+
 static void
 remove_created(struct xmp_cgroup *cg, unsigned mask)
 {
@@ -211,6 +231,9 @@ v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
     if (cg->parent == NULL && learn_caps(cg, err) < 0)
         goto fail;
     mask = v1_mask(cg, limits);
+    if (cg->parent != NULL && (mask & ~cg->parent->own) != 0 &&
+        extend_job(cg->parent, mask & ~cg->parent->own, err) < 0)
+        goto fail;
     if (v1_values(cg, limits, mask, &vals, err) < 0)
         goto fail;
     if (xmp_cg_lc_create(cg, mask & ~(u >= 0 ? 1u << u : 0u), &vals, err) < 0)

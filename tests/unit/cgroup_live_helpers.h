@@ -287,32 +287,37 @@ mounted_with(size_t i, const char *const *list)
  * where it needs one (memory and the cgroup2 tree always; in legacy mode also cpuacct, for CPU
  * times, and freezer, for the kill), the job's elsewhere, and in hybrid mode, where the cgroup2
  * tree kills (cgroup.kill or cgroup.freeze), the freezer hierarchy is not used at all. */
-/* False for the one hierarchy a job leaves alone: freezer in hybrid mode, where the cgroup2 tree
- * kills (cgroup.kill or cgroup.freeze, seen in the job's cgroup2 directory). */
+/* True when a job made by make_job (a memory limit at most), with workers without limits, has
+ * a directory in hierarchy H[i]: the cgroup2 tree and memory always; cpuacct (CPU times) and
+ * freezer (the kill) in legacy mode, and cpuacct in hybrid mode only if the cgroup2 tree has
+ * no cpu.stat. cpu, cpuset and pids only when a limit needs them. */
 static inline bool
 job_uses(size_t i, const char *job)
 {
-    char freeze[2048];
+    static const char *const legacy[] = {"memory", "", "cpuacct", "freezer", NULL};
+    static const char *const hybrid[] = {"memory", "", NULL};
+    static const char *const hybrid_old[] = {"memory", "", "cpuacct", NULL};
+    char stat[2048];
 
-    if (MODE != XMP_CGROUP_MODE_HYBRID || strcmp(H[i].ctrl, "freezer") != 0)
-        return true;
-    snprintf(freeze, sizeof(freeze), "%s/%s/cgroup.freeze", hier("")->dir, job);
-    return access(freeze, F_OK) < 0;
+    if (MODE != XMP_CGROUP_MODE_HYBRID)
+        return mounted_with(i, MODE == XMP_CGROUP_MODE_LEGACY ? legacy : hybrid);
+    snprintf(stat, sizeof(stat), "%s/%s/cpu.stat", hier("")->dir, job);
+    return mounted_with(i, access(stat, F_OK) == 0 ? hybrid : hybrid_old);
 }
 
+/* The cgroup (relative to the hierarchy root, as /proc/<pid>/cgroup shows it) in which worker
+ * `worker` of job `job`, both made without limits other than the job's memory, must be in
+ * hierarchy H[i]: its own directory in the hierarchies the job uses (job_uses), and elsewhere
+ * the one xmprun runs in (such a hierarchy is left alone: no cgroup.procs write at launch). */
 static inline void
 want_cgroup(size_t i, const char *job, const char *worker, char *want, size_t size)
 {
-    static const char *const always[] = {"memory", "", NULL};
-    static const char *const legacy[] = {"memory", "", "cpuacct", "freezer", NULL};
     const char *own = H[i].own, *sep = strcmp(own, "/") ? "/" : "";
 
-    if (!job_uses(i, job))
-        snprintf(want, size, "%s", own);
-    else if (mounted_with(i, MODE == XMP_CGROUP_MODE_LEGACY ? legacy : always))
+    if (job_uses(i, job))
         snprintf(want, size, "%s%s%s/%s", own, sep, job, worker);
     else
-        snprintf(want, size, "%s%s%s", own, sep, job);
+        snprintf(want, size, "%s", own);
 }
 
 static inline struct xmp_cgroup *

@@ -62,9 +62,13 @@ LIVE_TEST(create_limits_destroy)
         expect("cpuset", name, "cpuset.mems", pm);
         expect("cpuset", r0, "cpuset.mems", pm);
         free(pm);
-        /* worker-1 asks for no cpuset: it has no cpuset directory, its tasks join the job's. */
+        /* worker-1 asks for no cpuset: it has no cpuset directory, its tasks join the job's,
+         * which worker-0's cpuset made. */
         cr_expect(!exists_in("cpuset", r1), "%s has a cpuset directory", r1);
         cr_expect(exists_in("pids", r1) && exists_in("cpu", r1), "%s lacks pids or cpu", r1);
+        char *pc = read_cg("cpuset", ".", "cpuset.cpus");
+        expect("cpuset", name, "cpuset.cpus", pc);
+        free(pc);
         expect("pids", r0, "pids.max", "64");
         expect("pids", r1, "pids.max", "128");
         expect("memory", r1, "memory.limit_in_bytes", "268435456");
@@ -79,8 +83,8 @@ LIVE_TEST(create_limits_destroy)
     assert_clean();
 }
 
-/* A worker without limits gets directories of its own only where it needs them, and joins the
- * job's elsewhere (see want_cgroup). */
+/* A worker without limits gets directories of its own only where it needs them, and is left
+ * alone elsewhere (see want_cgroup). */
 LIVE_TEST(attach_shows_in_every_hierarchy)
 {
     struct xmp_cgroup *job, *w0 = NULL;
@@ -281,5 +285,46 @@ LIVE_TEST(destroy_null_and_bad_names)
         cr_expect(!job_uses(i, name) || exists_in(H[i].ctrl, name), "%s gone from %s", name,
                   H[i].dir);
     cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}
+
+/* The job gets a pids directory only when a worker first needs one; a worker made before that
+ * then joins the job's, one with the limit its own. */
+LIVE_TEST(job_grows_where_a_worker_needs_it)
+{
+    struct xmp_cgroup *job, *w0 = NULL, *w1 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128], r1[160], path[64], got[1024], want[1400];
+    const struct hier *h = hier(MODE == XMP_CGROUP_MODE_UNIFIED ? "" : "pids");
+    pid_t p0, p1;
+
+    cr_assert_not_null(h, "no pids hierarchy");
+    job = make_job("grow", -1, name, sizeof(name));
+    xmp_limits_init(&l);
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
+    if (MODE != XMP_CGROUP_MODE_UNIFIED)
+        cr_expect(!exists_in("pids", name), "a pids directory nothing needs");
+    l.pids = 32;
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-1", &l, &w1, &err), 0, "%s", err.msg);
+    snprintf(r1, sizeof(r1), "%s/worker-1", name);
+    expect(h->ctrl, r1, "pids.max", "32");
+    p0 = spawn_attached(w0, NULL);
+    p1 = spawn_attached(w1, NULL);
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof(path), "/proc/%ld/cgroup", (long)(k ? p1 : p0));
+        char *text = slurp(path);
+        cr_assert_not_null(text);
+        cr_assert_eq(xmp_cgroup_parse_proc(text, h->ctrl, got, sizeof(got), NULL, NULL), 0);
+        free(text);
+        snprintf(want, sizeof(want), "%s%s%s%s", strcmp(h->own, "/") ? h->own : "", "/", name,
+                 k                                 ? "/worker-1"
+                 : MODE == XMP_CGROUP_MODE_UNIFIED ? "/worker-0"
+                                                   : "");
+        cr_expect_str_eq(got, want, "worker-%d in %s, want %s", k, got, want);
+    }
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    waitpid(p0, NULL, 0);
+    waitpid(p1, NULL, 0);
     assert_clean();
 }
