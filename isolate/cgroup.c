@@ -510,12 +510,12 @@ remove_own_dirs(struct xmp_cgroup *cg, struct xmp_error *err)
         struct xmp_error e = {0};
         if (!(cg->own & (1u << i)) || rmdir(cg->dir[i]) == 0 || errno == ENOENT)
             continue;
-        for (int tries = 0; tries < 20; tries++) {
-            if (xmp_cg_rmdir_tree(cg->dir[i], &e) == 0 || e.errnum != EBUSY)
+        for (int tries = 0;; tries++) {
+            xmp_error_clear(&e);
+            if (xmp_cg_rmdir_tree(cg->dir[i], &e) == 0 || e.errnum != EBUSY || tries == 20)
                 break;
             xmp_cg_kill_procs_tree(cg->dir[i]);
             sleep_ms(10);
-            xmp_error_clear(&e);
         }
         if (e.errnum != 0) {
             if (ret == 0 && err != NULL)

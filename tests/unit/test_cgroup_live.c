@@ -328,3 +328,59 @@ LIVE_TEST(job_grows_where_a_worker_needs_it)
     waitpid(p1, NULL, 0);
     assert_clean();
 }
+
+/* A value the kernel refuses fails the batched create; the error must still name the file (the
+ * step-by-step redo), and the worker's directories must be gone while the job's stay. */
+LIVE_TEST(refused_value_names_its_file)
+{
+    struct xmp_cgroup *job, *w0 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128], r0[160];
+
+    job = make_job("refused", -1, name, sizeof(name));
+    xmp_limits_init(&l);
+    l.pids = 16;
+    l.has_cpus = true;
+    CPU_SET(CPU_SETSIZE - 1, &l.cpus); /* no such CPU */
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), -1, "created");
+    cr_expect_null(w0);
+    cr_expect(strstr(err.msg, "cpuset.cpus") != NULL, "message: %s", err.msg);
+    cr_expect(strstr(err.msg, "worker-0") != NULL, "message: %s", err.msg);
+    cr_expect_neq(err.errnum, 0);
+    cr_log_info("refused: %s", err.msg);
+    snprintf(r0, sizeof(r0), "%s/worker-0", name);
+    for (size_t i = 0; i < NH; i++) {
+        cr_expect(!exists_in(H[i].ctrl, r0), "%s left in %s", r0, H[i].dir);
+        cr_expect(!job_uses(i, name) || exists_in(H[i].ctrl, name), "%s gone from %s", name,
+                  H[i].dir);
+    }
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}
+
+/* A worker may make cgroups of its own below its directories (a container runtime inside it):
+ * the one-rmdir removal must fall back to removing them, deepest first. */
+LIVE_TEST(destroy_removes_what_a_worker_made_below)
+{
+    struct xmp_cgroup *job, *w0 = NULL;
+    struct xmp_error err = {0};
+    char name[128], sub[2048];
+    int made = 0;
+
+    job = make_job("below", -1, name, sizeof(name));
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", NULL, &w0, &err), 0, "%s", err.msg);
+    for (size_t i = 0; i < NH; i++) {
+        snprintf(sub, sizeof(sub), "%s/%s/worker-0", H[i].dir, name);
+        if (access(sub, F_OK) < 0)
+            continue;
+        snprintf(sub, sizeof(sub), "%s/%s/worker-0/inner", H[i].dir, name);
+        cr_assert_eq(mkdir(sub, 0755), 0, "mkdir %s: %s", sub, strerror(errno));
+        made++;
+    }
+    cr_expect_geq(made, MODE == XMP_CGROUP_MODE_UNIFIED ? 1 : 2, "worker-0 has %d directories",
+                  made);
+    cr_assert_eq(xmp_cgroup_destroy(w0, &err), 0, "destroy worker: %s", err.msg);
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}
