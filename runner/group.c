@@ -410,7 +410,10 @@ spawn_worker(struct xmp_supervisor *sv, struct worker *w, size_t index)
         unlink(pw->error_file);
     getrusage(RUSAGE_CHILDREN, &w->ru_base);
     w->oom_base = 0;
-    if (w->cg != NULL && xmp_cgroup_read_stats(w->cg, &st, &err) == 0 && st.oom_kills > 0)
+    /* The cgroup is new on the first run; a restart reuses it, so its OOM count so far is not
+     * this run's. */
+    if (sv->restart > 0 && w->cg != NULL && xmp_cgroup_read_stats(w->cg, &st, &err) == 0 &&
+        st.oom_kills > 0)
         w->oom_base = st.oom_kills;
     xmp_error_clear(&err);
 
