@@ -17,11 +17,11 @@
 #include <unistd.h>
 
 const char *
-xmp_plan_getenv(char *const *environ, const char *name)
+xmp_plan_getenv(char *const *envp, const char *name)
 {
     size_t len = strlen(name);
 
-    for (char *const *e = environ; e != NULL && *e != NULL; e++)
+    for (char *const *e = envp; e != NULL && *e != NULL; e++)
         if (strncmp(*e, name, len) == 0 && (*e)[len] == '=')
             return *e + len + 1;
     return NULL;
@@ -142,7 +142,7 @@ narrow_gpus(struct xmp_plan_sel *all, size_t n_all, const char *list, struct xmp
 }
 
 static int
-visible_gpus(const struct xmp_host *host, char *const *environ, struct xmp_plan_sel **out,
+visible_gpus(const struct xmp_host *host, char *const *envp, struct xmp_plan_sel **out,
              size_t *n_out, char *why, size_t why_size, struct xmp_error *err)
 {
     struct xmp_plan_sel *all = calloc(host->n_gpus + 1, sizeof(*all));
@@ -160,7 +160,7 @@ visible_gpus(const struct xmp_host *host, char *const *environ, struct xmp_plan_
     }
     why[0] = '\0';
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
-        const char *v = xmp_plan_getenv(environ, names[k]);
+        const char *v = xmp_plan_getenv(envp, names[k]);
         if (v == NULL)
             continue;
         /* A MIG instance cannot be tied to its GPU without NVML's MIG calls; failing beats
@@ -401,7 +401,7 @@ assign_cpusets(const struct xmp_spec *spec, const struct xmp_host *host,
 /* ---- distributed -------------------------------------------------------------------------- */
 
 static int
-resolve_nodes(const struct xmp_spec *spec, char *const *environ, struct xmp_plan *plan,
+resolve_nodes(const struct xmp_spec *spec, char *const *envp, struct xmp_plan *plan,
               struct xmp_error *err)
 {
     const char *rank_vars[] = {"SLURM_NODEID", "JOB_COMPLETION_INDEX", "NODE_RANK"};
@@ -411,7 +411,7 @@ resolve_nodes(const struct xmp_spec *spec, char *const *environ, struct xmp_plan
 
     if (spec->nnodes >= 1) {
         n = spec->nnodes;
-    } else if ((v = xmp_plan_getenv(environ, "SLURM_NNODES")) != NULL) {
+    } else if ((v = xmp_plan_getenv(envp, "SLURM_NNODES")) != NULL) {
         if (env_int("SLURM_NNODES", v, &n, err) < 0)
             return xmp_error_wrap(err, "distributed.nnodes");
         if (n < 1)
@@ -422,7 +422,7 @@ resolve_nodes(const struct xmp_spec *spec, char *const *environ, struct xmp_plan
     } else {
         rank_from = "distributed.node_rank auto (no SLURM_NODEID, JOB_COMPLETION_INDEX, NODE_RANK)";
         for (size_t i = 0; i < sizeof(rank_vars) / sizeof(rank_vars[0]); i++) {
-            if ((v = xmp_plan_getenv(environ, rank_vars[i])) == NULL)
+            if ((v = xmp_plan_getenv(envp, rank_vars[i])) == NULL)
                 continue;
             if (env_int(rank_vars[i], v, &r, err) < 0)
                 return xmp_error_wrap(err, "distributed.node_rank");
@@ -440,8 +440,8 @@ resolve_nodes(const struct xmp_spec *spec, char *const *environ, struct xmp_plan
     if (spec->master_addr != NULL && spec->master_addr[0] != '\0' &&
         strcmp(spec->master_addr, "auto") != 0) {
         plan->master_addr = strdup(spec->master_addr);
-    } else if ((v = xmp_plan_getenv(environ, "SLURM_JOB_NODELIST")) != NULL ||
-               (v = xmp_plan_getenv(environ, "SLURM_NODELIST")) != NULL) {
+    } else if ((v = xmp_plan_getenv(envp, "SLURM_JOB_NODELIST")) != NULL ||
+               (v = xmp_plan_getenv(envp, "SLURM_NODELIST")) != NULL) {
         char **hosts = NULL;
         if (xmp_hostlist_expand(v, &hosts, err) < 0)
             return xmp_error_wrap(err, "distributed.master_addr auto: SLURM_JOB_NODELIST");
@@ -518,13 +518,13 @@ xmp_strv_free(char **v)
 }
 
 static int
-resolve_kind(const struct xmp_spec *spec, const struct xmp_host *host, char *const *environ,
+resolve_kind(const struct xmp_spec *spec, const struct xmp_host *host, char *const *envp,
              struct xmp_plan_sel **vis, size_t *n_vis, char *why, size_t why_size,
              enum xmp_device_kind *kind, struct xmp_error *err)
 {
     *kind = spec->device_kind;
     if (*kind == XMP_DEVICE_AUTO || *kind == XMP_DEVICE_CUDA) {
-        if (visible_gpus(host, environ, vis, n_vis, why, why_size, err) < 0)
+        if (visible_gpus(host, envp, vis, n_vis, why, why_size, err) < 0)
             return -1;
         if (*kind == XMP_DEVICE_CUDA || *n_vis > 0) {
             *kind = XMP_DEVICE_CUDA;
@@ -623,10 +623,10 @@ fill_worker(const struct xmp_spec *spec, struct xmp_plan *plan, struct xmp_plan_
 }
 
 static int
-fill_job(const struct xmp_spec *spec, char *const *environ, pid_t pid, struct xmp_plan *plan,
+fill_job(const struct xmp_spec *spec, char *const *envp, pid_t pid, struct xmp_plan *plan,
          struct xmp_error *err)
 {
-    const char *tmp = xmp_plan_getenv(environ, "TMPDIR");
+    const char *tmp = xmp_plan_getenv(envp, "TMPDIR");
 
     plan->spec = spec;
     if (make_job_id(pid, &plan->job_id, err) < 0)
@@ -657,7 +657,7 @@ fill_job(const struct xmp_spec *spec, char *const *environ, pid_t pid, struct xm
 }
 
 int
-xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *const *environ,
+xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *const *envp,
                pid_t pid, struct xmp_plan *out, struct xmp_error *err)
 {
     struct xmp_plan plan;
@@ -675,7 +675,7 @@ xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *c
         if (xmp_plan_env_reserved(spec->env[i].name))
             return xmp_error_set(err, 0, "env: %s is set by xmprun and may not be set in a spec",
                                  spec->env[i].name);
-    if (resolve_kind(spec, host, environ, &vis, &n_vis, why, sizeof(why), &plan.kind, err) < 0)
+    if (resolve_kind(spec, host, envp, &vis, &n_vis, why, sizeof(why), &plan.kind, err) < 0)
         return -1;
     sel = vis;
     n_sel = n_vis;
@@ -689,10 +689,10 @@ xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *c
     if (resolve_workers(spec, host, plan.kind, n_sel, why, &n_workers, err) < 0)
         return -1;
     plan.local_world_size = (int)n_workers;
-    if (resolve_nodes(spec, environ, &plan, err) < 0)
+    if (resolve_nodes(spec, envp, &plan, err) < 0)
         goto fail;
     plan.world_size = plan.nnodes * plan.local_world_size;
-    if (fill_job(spec, environ, pid, &plan, err) < 0)
+    if (fill_job(spec, envp, pid, &plan, err) < 0)
         goto fail;
 
     sets = calloc(n_workers, sizeof(*sets));
@@ -707,7 +707,7 @@ xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *c
         goto fail;
     for (size_t i = 0; i < n_workers; i++) {
         if (fill_worker(spec, &plan, &plan.workers[i], i, sel, per, &sets[i], has[i], err) < 0 ||
-            xmp_plan_worker_env(&plan, host, environ, sel, per, &plan.workers[i], err) < 0) {
+            xmp_plan_worker_env(&plan, host, envp, sel, per, &plan.workers[i], err) < 0) {
             xmp_error_wrap(err, "worker %zu", i);
             goto fail;
         }

@@ -45,19 +45,19 @@ struct xmp_plan {
     size_t n_workers;
 };
 
-/* Builds the plan. environ is the environment to resolve against (CUDA_VISIBLE_DEVICES, SLURM_*,
+/* Builds the plan. envp is the environment to resolve against (CUDA_VISIBLE_DEVICES, SLURM_*,
  * NODE_RANK, ...): xmprun passes its own, tests pass fixtures. pid seeds the job id. */
-int xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *const *environ,
+int xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *const *envp,
                    pid_t pid, struct xmp_plan *out, struct xmp_error *err);
 void xmp_plan_free(struct xmp_plan *plan);
 
 /* The `xmprun plan` object (job, host, workers), keys in a stable order. */
 json_t *xmp_plan_to_json(const struct xmp_plan *plan, const struct xmp_host *host);
 
-/* The full environment a worker starts with: the inherited environ (if spec->inherit_env) with
+/* The full environment a worker starts with: the inherited envp (if spec->inherit_env) with
  * the worker's variables laid over it. NULL-terminated, malloc'd; free with xmp_strv_free. */
 char **xmp_plan_worker_environ(const struct xmp_plan *plan, const struct xmp_plan_worker *w,
-                               char *const *environ);
+                               char *const *envp);
 void xmp_strv_free(char **v);
 
 /* True for the variables only xmprun sets (rank/world, MASTER_*, PJRT_LOCAL_PROCESS_*, XMPRUN_*):

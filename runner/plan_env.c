@@ -1,6 +1,6 @@
 /* Worker environments (SPEC.md section 3): the rank/world variables torchrun sets, the device
  * variables CUDA and torch_xla read, OMP_NUM_THREADS, and the spec's env laid over them; plus the
- * full environ a worker starts with. */
+ * full envp a worker starts with. */
 #define _GNU_SOURCE
 #include "runner/plan.h"
 
@@ -139,10 +139,10 @@ spec_env(const struct xmp_spec *spec, const char *name)
 
 /* The user set name: in the spec's env, or in the environment the workers inherit. */
 static bool
-user_set(const struct xmp_spec *spec, char *const *environ, const char *name)
+user_set(const struct xmp_spec *spec, char *const *envp, const char *name)
 {
     return spec_env(spec, name) != NULL ||
-           (spec->inherit_env && xmp_plan_getenv(environ, name) != NULL);
+           (spec->inherit_env && xmp_plan_getenv(envp, name) != NULL);
 }
 
 /* ---- TPU topology ------------------------------------------------------------------------- */
@@ -188,7 +188,7 @@ parse_mesh(const char *name, const char *text, struct mesh *m, struct xmp_error 
 /* The TPU hosts of the slice, in worker-id order: "localhost" alone for one host (as torch_xla's
  * get_worker_ips), else TPU_WORKER_HOSTNAMES or the Slurm node list. */
 static int
-tpu_hosts(const struct xmp_plan *plan, char *const *environ, char ***out, struct xmp_error *err)
+tpu_hosts(const struct xmp_plan *plan, char *const *envp, char ***out, struct xmp_error *err)
 {
     const char *v;
     char **hosts = NULL;
@@ -203,9 +203,9 @@ tpu_hosts(const struct xmp_plan *plan, char *const *environ, char ***out, struct
         *out = hosts;
         return 0;
     }
-    if ((v = xmp_plan_getenv(environ, "TPU_WORKER_HOSTNAMES")) != NULL ||
-        (v = xmp_plan_getenv(environ, "SLURM_JOB_NODELIST")) != NULL ||
-        (v = xmp_plan_getenv(environ, "SLURM_NODELIST")) != NULL) {
+    if ((v = xmp_plan_getenv(envp, "TPU_WORKER_HOSTNAMES")) != NULL ||
+        (v = xmp_plan_getenv(envp, "SLURM_JOB_NODELIST")) != NULL ||
+        (v = xmp_plan_getenv(envp, "SLURM_NODELIST")) != NULL) {
         if (xmp_hostlist_expand(v, &hosts, err) < 0)
             return xmp_error_wrap(err, "TPU host list");
         while (hosts[n] != NULL)
@@ -229,11 +229,11 @@ tpu_hosts(const struct xmp_plan *plan, char *const *environ, char ***out, struct
  * TPU_VISIBLE_CHIPS = local rank; TPU_PROCESS_PORT = base + local rank. With per_worker > 1 the
  * chip mesh of one process replaces 1,1,1 and the process mesh shrinks to match. */
 static int
-tpu_env(const struct xmp_plan *plan, char *const *environ, const struct xmp_plan_sel *sel,
-        size_t per, const struct xmp_plan_worker *w, struct env_builder *b, struct xmp_error *err)
+tpu_env(const struct xmp_plan *plan, char *const *envp, const struct xmp_plan_sel *sel, size_t per,
+        const struct xmp_plan_worker *w, struct env_builder *b, struct xmp_error *err)
 {
     struct mesh host, proc, hosts = {1, 1, plan->nnodes};
-    const char *hb = xmp_plan_getenv(environ, "TPU_HOST_BOUNDS");
+    const char *hb = xmp_plan_getenv(envp, "TPU_HOST_BOUNDS");
     size_t lws = (size_t)plan->local_world_size;
     char **addrs = NULL;
     cleanup_free char *list = NULL;
@@ -246,7 +246,7 @@ tpu_env(const struct xmp_plan *plan, char *const *environ, const struct xmp_plan
                              lws, per);
     if (hb != NULL && parse_mesh("TPU_HOST_BOUNDS", hb, &hosts, err) < 0)
         return -1;
-    if (tpu_hosts(plan, environ, &addrs, err) < 0)
+    if (tpu_hosts(plan, envp, &addrs, err) < 0)
         return -1;
     for (size_t h = 0; h < (size_t)plan->nnodes; h++) {
         for (size_t r = 0; r < lws; r++) {
@@ -303,7 +303,7 @@ omp_threads(const struct xmp_plan *plan, const struct xmp_host *host,
 }
 
 int
-xmp_plan_worker_env(const struct xmp_plan *plan, const struct xmp_host *host, char *const *environ,
+xmp_plan_worker_env(const struct xmp_plan *plan, const struct xmp_host *host, char *const *envp,
                     const struct xmp_plan_sel *sel, size_t per, struct xmp_plan_worker *w,
                     struct xmp_error *err)
 {
@@ -319,12 +319,12 @@ xmp_plan_worker_env(const struct xmp_plan *plan, const struct xmp_host *host, ch
             used += (size_t)snprintf(ids + used, sizeof(ids) - used, "%s%s", d ? "," : "",
                                      sel[(size_t)w->local_rank * per + d].id);
         env_set(&b, "CUDA_VISIBLE_DEVICES", ids);
-        if (!user_set(spec, environ, "CUDA_DEVICE_ORDER"))
+        if (!user_set(spec, envp, "CUDA_DEVICE_ORDER"))
             env_set(&b, "CUDA_DEVICE_ORDER", "PCI_BUS_ID");
         break;
     }
     case XMP_DEVICE_TPU:
-        if (tpu_env(plan, environ, sel, per, w, &b, err) < 0) {
+        if (tpu_env(plan, envp, sel, per, w, &b, err) < 0) {
             env_builder_free(&b);
             return -1;
         }
@@ -339,7 +339,7 @@ xmp_plan_worker_env(const struct xmp_plan *plan, const struct xmp_host *host, ch
             env_set(&b, "PJRT_DEVICE", "CPU");
         break;
     }
-    if (!user_set(spec, environ, "OMP_NUM_THREADS"))
+    if (!user_set(spec, envp, "OMP_NUM_THREADS"))
         env_setf(&b, "OMP_NUM_THREADS", "%ld", omp_threads(plan, host, w));
     env_set(&b, "TORCHELASTIC_ERROR_FILE", w->error_file);
 
@@ -381,7 +381,7 @@ xmp_plan_worker_env(const struct xmp_plan *plan, const struct xmp_host *host, ch
     return 0;
 }
 
-/* ---- the worker's full environ ------------------------------------------------------------ */
+/* ---- the worker's full envp ------------------------------------------------------------ */
 
 static bool
 overridden(const struct xmp_plan_worker *w, const char *entry)
@@ -396,21 +396,21 @@ overridden(const struct xmp_plan_worker *w, const char *entry)
 
 char **
 xmp_plan_worker_environ(const struct xmp_plan *plan, const struct xmp_plan_worker *w,
-                        char *const *environ)
+                        char *const *envp)
 {
     size_t n_inh = 0, n = 0;
     char **out;
 
     if (plan->spec->inherit_env)
-        while (environ != NULL && environ[n_inh] != NULL)
+        while (envp != NULL && envp[n_inh] != NULL)
             n_inh++;
     out = calloc(n_inh + w->env_len + 1, sizeof(*out));
     if (out == NULL)
         return NULL;
     for (size_t i = 0; i < n_inh; i++) {
-        if (strchr(environ[i], '=') == NULL || overridden(w, environ[i]))
+        if (strchr(envp[i], '=') == NULL || overridden(w, envp[i]))
             continue;
-        if ((out[n++] = strdup(environ[i])) == NULL)
+        if ((out[n++] = strdup(envp[i])) == NULL)
             goto fail;
     }
     for (size_t i = 0; i < w->env_len; i++)

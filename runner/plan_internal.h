@@ -12,8 +12,8 @@ struct xmp_plan_sel {
     char id[80];
 };
 
-/* The value of name in environ, or NULL. */
-const char *xmp_plan_getenv(char *const *environ, const char *name);
+/* The value of name in envp, or NULL. */
+const char *xmp_plan_getenv(char *const *envp, const char *name);
 
 /* Worker j's share (of k) of set: non-overlapping, whole cores where the host's topology is
  * known, >= 1 CPU each. */
@@ -21,8 +21,8 @@ void xmp_plan_split_cpus(const struct xmp_host *host, const cpu_set_t *set, size
                          cpu_set_t *out);
 
 /* Fills w->env (sorted by name) for worker w, whose devices are sel[w->local_rank * per ...]. */
-int xmp_plan_worker_env(const struct xmp_plan *plan, const struct xmp_host *host,
-                        char *const *environ, const struct xmp_plan_sel *sel, size_t per,
-                        struct xmp_plan_worker *w, struct xmp_error *err);
+int xmp_plan_worker_env(const struct xmp_plan *plan, const struct xmp_host *host, char *const *envp,
+                        const struct xmp_plan_sel *sel, size_t per, struct xmp_plan_worker *w,
+                        struct xmp_error *err);
 
 #endif

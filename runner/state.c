@@ -19,11 +19,11 @@
 #include <unistd.h>
 
 const char *
-xmp_state_dir(char *const *environ)
+xmp_state_dir(char *const *envp)
 {
-    for (size_t i = 0; environ != NULL && environ[i] != NULL; i++)
-        if (strncmp(environ[i], "XMPRUN_STATE_DIR=", 17) == 0 && environ[i][17] != '\0')
-            return environ[i] + 17;
+    for (size_t i = 0; envp != NULL && envp[i] != NULL; i++)
+        if (strncmp(envp[i], "XMPRUN_STATE_DIR=", 17) == 0 && envp[i][17] != '\0')
+            return envp[i] + 17;
     return "/run/xmprun";
 }
 
