@@ -672,7 +672,7 @@ xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *c
 
     memset(&plan, 0, sizeof(plan));
     for (size_t i = 0; i < spec->env_len; i++)
-        if (xmp_plan_env_reserved(spec->env[i].name))
+        if (xmp_spec_env_reserved(spec->env[i].name))
             return xmp_error_set(err, 0, "env: %s is set by xmprun and may not be set in a spec",
                                  spec->env[i].name);
     if (resolve_kind(spec, host, envp, &vis, &n_vis, why, sizeof(why), &plan.kind, err) < 0)

@@ -60,11 +60,6 @@ char **xmp_plan_worker_environ(const struct xmp_plan *plan, const struct xmp_pla
                                char *const *envp);
 void xmp_strv_free(char **v);
 
-/* True for the variables only xmprun sets (rank/world, MASTER_*, PJRT_LOCAL_PROCESS_*, XMPRUN_*):
- * a spec's env may not set them. The spec parser can use it for a positioned error; the plan
- * refuses them too. */
-bool xmp_plan_env_reserved(const char *name);
-
 /* Expands a Slurm hostlist ("gpu[01-04,07],login1") into a NULL-terminated vector. */
 int xmp_hostlist_expand(const char *text, char ***out, struct xmp_error *err);
 

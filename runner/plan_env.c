@@ -16,32 +16,6 @@
 /* torch_xla's default first TPU client port (configure_topology's base_port). */
 #define TPU_BASE_PORT 8476
 
-static const char *const reserved_names[] = {
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "NODE_RANK",
-    "GROUP_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "PJRT_LOCAL_PROCESS_RANK",
-    "PJRT_LOCAL_PROCESS_COUNT",
-    "XMPRUN_JOB_ID",
-    "XMPRUN_JOB_NAME",
-    "XMPRUN_RESTART_COUNT",
-};
-
-bool
-xmp_plan_env_reserved(const char *name)
-{
-    for (size_t i = 0; i < sizeof(reserved_names) / sizeof(reserved_names[0]); i++)
-        if (strcmp(name, reserved_names[i]) == 0)
-            return true;
-    return false;
-}
-
 struct env_builder {
     struct xmp_env_var *v;
     size_t n;

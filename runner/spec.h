@@ -118,6 +118,10 @@ struct xmp_spec_source {
 int xmp_spec_load(const struct xmp_spec_source *src, struct xmp_spec *out, struct xmp_diags *diags);
 void xmp_spec_free(struct xmp_spec *spec);
 
+/* True for the variables xmprun sets per worker (RANK, WORLD_SIZE, MASTER_ADDR, ...), which a
+ * spec's env may not set. */
+bool xmp_spec_env_reserved(const char *name);
+
 /* Memory ("8Gi", "512M", "1073741824"), CPU ("4", "0.5", "500m") and duration ("90s", "1h30m",
  * "250ms") quantities. Return 0, or -1 with a message (no position) in msg. */
 int xmp_parse_memory(const char *text, int64_t *bytes, char *msg, size_t msg_size);

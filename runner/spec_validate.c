@@ -110,6 +110,15 @@ static const char *const reserved_env[] = {
     "XMPRUN_RESTART_COUNT",
 };
 
+bool
+xmp_spec_env_reserved(const char *name)
+{
+    for (size_t r = 0; r < sizeof(reserved_env) / sizeof(reserved_env[0]); r++)
+        if (strcmp(name, reserved_env[r]) == 0)
+            return true;
+    return false;
+}
+
 static const char *const kind_names[] = {"auto", "cuda", "tpu", "cpu"};
 static const char *const start_names[] = {"exec", "fork"};
 static const char *const cgroups_names[] = {"required", "optional", "off"};
@@ -308,8 +317,7 @@ check_env(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *s)
                             "a digit)");
             continue;
         }
-        for (size_t r = 0; r < COUNT(reserved_env); r++)
-            reserved = reserved || strcmp(key->text, reserved_env[r]) == 0;
+        reserved = xmp_spec_env_reserved(key->text);
         if (reserved) {
             xmp_check_error(c, key, path,
                             "%s is set by xmprun for each worker and cannot be set "

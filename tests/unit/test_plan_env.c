@@ -137,9 +137,9 @@ Test(plan_env, spec_env_overrides_but_not_ranks)
     s.env = bad;
     s.env_len = 2;
     build_fails(&s, NULL, "WORLD_SIZE is set by xmprun");
-    cr_assert(xmp_plan_env_reserved("MASTER_PORT"));
-    cr_assert(xmp_plan_env_reserved("XMPRUN_JOB_ID"));
-    cr_assert_not(xmp_plan_env_reserved("OMP_NUM_THREADS"));
+    cr_assert(xmp_spec_env_reserved("MASTER_PORT"));
+    cr_assert(xmp_spec_env_reserved("XMPRUN_JOB_ID"));
+    cr_assert_not(xmp_spec_env_reserved("OMP_NUM_THREADS"));
 }
 
 Test(plan_env, slurm_multi_node)
