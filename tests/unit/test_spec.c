@@ -3,46 +3,12 @@
  * specs are in-memory text. --set, the spec-less form and hostile input: test_spec_sources.c;
  * quantity parsers: test_quantity.c. */
 #include "runner/spec.h"
+#include "unit/spec_helpers.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define BASE "version: 1\nname: a\ncommand: x\n"
-
-static int
-load_len(const char *yaml, size_t len, char *const *sets, size_t n_sets, struct xmp_spec *spec,
-         struct xmp_diags *diags)
-{
-    struct xmp_spec_source src = {
-        .path = "job.yaml",
-        .text = yaml,
-        .text_len = len,
-        .sets = sets,
-        .n_sets = n_sets,
-        .cwd = "/",
-    };
-
-    return xmp_spec_load(&src, spec, diags);
-}
-
-static int
-load_sets(const char *yaml, char *const *sets, size_t n_sets, struct xmp_spec *spec,
-          struct xmp_diags *diags)
-{
-    return load_len(yaml, strlen(yaml), sets, n_sets, spec, diags);
-}
-
-static void
-expect_first(const struct xmp_diags *d, const char *file, int line, int col, const char *msg)
-{
-    cr_assert(d->count > 0, "expected an error \"%s\", got none", msg);
-    cr_expect_str_eq(d->items[0].file, file);
-    cr_expect_str_eq(d->items[0].msg, msg);
-    cr_expect_eq(d->items[0].line, line, "line %d, want %d (%s)", d->items[0].line, line, msg);
-    cr_expect_eq(d->items[0].col, col, "col %d, want %d (%s)", d->items[0].col, col, msg);
-}
 
 static void
 check_bad(const char *yaml, size_t len, int line, int col, const char *msg)
