@@ -497,8 +497,6 @@ drain_streams(struct xmp_supervisor *sv, struct worker *w)
     struct xmp_stream *streams[2] = {&w->out, &w->err};
 
     for (int i = 0; i < 2; i++) {
-        if (streams[i]->buf == NULL)
-            continue;
         if (streams[i]->fd >= 0)
             xmp_stream_read(streams[i], FINAL_DRAIN);
         close_stream(sv, streams[i]);

@@ -159,6 +159,8 @@ split_lines(struct xmp_stream *s, bool flush)
 int
 xmp_stream_read(struct xmp_stream *s, size_t budget)
 {
+    if (s->buf == NULL)
+        return 1; /* no line buffer (allocation failed): treat as closed */
     while (s->fd >= 0 && budget > 0) {
         size_t room = XMP_LINE_MAX - s->len;
         ssize_t n = read(s->fd, s->buf + s->len, room < budget ? room : budget);
