@@ -22,12 +22,13 @@ const char *xmp_device_kind_name(enum xmp_device_kind kind);
 
 struct xmp_device {
     enum xmp_device_kind kind;
-    int index;           /* CUDA index (PCI bus order, as CUDA_DEVICE_ORDER=PCI_BUS_ID) or chip index */
-    char uuid[64];       /* "GPU-..." or "" when unknown */
-    char pci[32];        /* "0000:3b:00.0" or "" */
-    char model[96];      /* "NVIDIA H100 80GB HBM3", "TPU v4", or "" */
-    int numa_node;       /* -1 when unknown */
-    cpu_set_t local_cpus; /* CPUs local to the device, intersected with the allowed set; may be empty */
+    int index;      /* CUDA index (PCI bus order, as CUDA_DEVICE_ORDER=PCI_BUS_ID) or chip index */
+    char uuid[64];  /* "GPU-..." or "" when unknown */
+    char pci[32];   /* "0000:3b:00.0" or "" */
+    char model[96]; /* "NVIDIA H100 80GB HBM3", "TPU v4", or "" */
+    int numa_node;  /* -1 when unknown */
+    cpu_set_t
+        local_cpus; /* CPUs local to the device, intersected with the allowed set; may be empty */
 };
 
 /* One NUMA node: its id (node<id> in sysfs) and its CPUs intersected with the allowed set. */
@@ -37,10 +38,10 @@ struct xmp_numa_node {
 };
 
 struct xmp_host {
-    char root[4096];     /* "" or "/" for the real host, else the fixture root */
-    cpu_set_t allowed;   /* sched_getaffinity of xmprun, or the fixture's cpu list */
-    int ncpus;           /* CPU_COUNT(&allowed) */
-    int numa_nodes;      /* number of NUMA nodes found (>= 1) */
+    char root[4096];   /* "" or "/" for the real host, else the fixture root */
+    cpu_set_t allowed; /* sched_getaffinity of xmprun, or the fixture's cpu list */
+    int ncpus;         /* CPU_COUNT(&allowed) */
+    int numa_nodes;    /* number of NUMA nodes found (>= 1) */
     struct xmp_device *gpus;
     size_t n_gpus;
     struct xmp_device *tpus;

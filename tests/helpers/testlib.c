@@ -217,11 +217,14 @@ xt_validate_json(const char *schema, const char *json_path, char *msg, size_t ms
     int ret;
     if (asprintf(&schema_path, "%s/schemas/%s", xt_source_dir(), schema) < 0)
         abort();
-    char *argv[] = {"/usr/bin/python3", "-c",
+    char *argv[] = {"/usr/bin/python3",
+                    "-c",
                     "import json,sys,jsonschema\n"
                     "s=json.load(open(sys.argv[1]));d=json.load(open(sys.argv[2]))\n"
                     "jsonschema.validators.validator_for(s)(s).validate(d)\n",
-                    schema_path, (char *)json_path, NULL};
+                    schema_path,
+                    (char *)json_path,
+                    NULL};
     if (xt_run(&r, argv, NULL, NULL, 60) < 0)
         abort();
     ret = r.status == 0 ? 0 : -1;

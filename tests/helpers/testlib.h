@@ -6,9 +6,9 @@
 #include <stddef.h>
 
 struct xt_result {
-    int status;  /* exit code, or 128+n when killed by signal n */
-    char *out;   /* captured stdout, NUL-terminated */
-    char *err;   /* captured stderr, NUL-terminated */
+    int status; /* exit code, or 128+n when killed by signal n */
+    char *out;  /* captured stdout, NUL-terminated */
+    char *err;  /* captured stderr, NUL-terminated */
 };
 
 /* Paths from the environment ctest sets (XMPRUN_BIN, XMPRUN_PROBE, XMPRUN_SOURCE_DIR,
