@@ -291,6 +291,12 @@ on_signal(struct xmp_supervisor *sv)
     }
 }
 
+void
+xmp_group_take_signals(struct xmp_supervisor *sv)
+{
+    on_signal(sv);
+}
+
 static void
 on_timer(struct xmp_supervisor *sv)
 {

@@ -93,6 +93,9 @@ xmp_quiet(const struct xmp_supervisor *sv)
  * behind and collects their output tails into sv->report.workers. */
 void xmp_group_run(struct xmp_supervisor *sv);
 
+/* Handles the signals that arrived while no worker ran (between a run and a restart). */
+void xmp_group_take_signals(struct xmp_supervisor *sv);
+
 /* Kills and reaps every remaining child of xmprun (bounded wait). */
 void xmp_group_kill_orphans(void);
 

@@ -240,6 +240,8 @@ run_job(struct xmp_supervisor *sv)
 
     for (;;) {
         xmp_group_run(sv);
+        /* A ^C during the last moments of a failed run must not be answered with a restart. */
+        xmp_group_take_signals(sv);
         if (!group_failed(sv) || sv->report.interrupt_signal != 0 || sv->report.timed_out ||
             sv->restart >= sv->spec->restarts)
             return;
