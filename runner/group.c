@@ -32,7 +32,7 @@
 #define FINAL_DRAIN (4 * 1024 * 1024)
 
 static int
-ep_add(struct xmp_supervisor *sv, int fd, enum ev_kind kind, size_t index)
+ep_add(struct xmp_supervisor *sv, int fd, enum xmp_ev_kind kind, size_t index)
 {
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = ((uint64_t)kind << 32) | index};
     return epoll_ctl(sv->epfd, EPOLL_CTL_ADD, fd, &ev);
@@ -66,7 +66,7 @@ arm_timer(struct xmp_supervisor *sv)
 /* Sends sig to every process of the worker: its process group (what it forked without setsid)
  * and, where the cgroup2 directory is at hand, every process listed in its cgroup. */
 static void
-signal_worker(struct worker *w, int sig)
+signal_worker(struct xmp_worker *w, int sig)
 {
     int dirfd = w->cg != NULL ? xmp_cgroup_dirfd(w->cg) : -1;
 
@@ -94,7 +94,7 @@ kill_all_now(struct xmp_supervisor *sv)
     struct xmp_error err = {0};
 
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         /* cgroup.kill (or freeze, kill, thaw) also gets the grandchildren that called setsid()
          * or ignore SIGTERM, which the process group misses. */
         if (w->cg != NULL && xmp_cgroup_kill(w->cg, &err) < 0 && !xmp_quiet(sv))
@@ -106,12 +106,12 @@ kill_all_now(struct xmp_supervisor *sv)
 }
 
 static void
-stop_all(struct xmp_supervisor *sv, enum stop_reason reason, int sig)
+stop_all(struct xmp_supervisor *sv, enum xmp_stop_reason reason, int sig)
 {
-    if (sv->stopping == STOP_NONE)
+    if (sv->stopping == XMP_STOP_NONE)
         sv->stopping = reason;
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         if (!w->running)
             continue;
         w->stop_sent = true;
@@ -125,9 +125,9 @@ stop_all(struct xmp_supervisor *sv, enum stop_reason reason, int sig)
 static void
 on_worker_failure(struct xmp_supervisor *sv)
 {
-    if (sv->stopping != STOP_NONE || sv->spec->on_failure != XMP_FAILURE_KILL_ALL)
+    if (sv->stopping != XMP_STOP_NONE || sv->spec->on_failure != XMP_FAILURE_KILL_ALL)
         return;
-    stop_all(sv, STOP_FAILURE, SIGTERM);
+    stop_all(sv, XMP_STOP_FAILURE, SIGTERM);
 }
 
 static void
@@ -138,7 +138,7 @@ close_stream(struct xmp_supervisor *sv, struct xmp_stream *s)
 }
 
 static void
-finish_worker(struct xmp_supervisor *sv, struct worker *w, const siginfo_t *si)
+finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *si)
 {
     struct xmp_worker_report *rep = w->rep;
     struct xmp_cgroup_stats st = {-1, -1, -1, -1};
@@ -180,7 +180,7 @@ finish_worker(struct xmp_supervisor *sv, struct worker *w, const siginfo_t *si)
         rep->state = XMP_WORKER_OOM_KILLED;
     else if (w->stop_sent)
         rep->state =
-            sv->stopping == STOP_TIMEOUT ? XMP_WORKER_TIMEOUT : XMP_WORKER_STOPPED_BY_XMPRUN;
+            sv->stopping == XMP_STOP_TIMEOUT ? XMP_WORKER_TIMEOUT : XMP_WORKER_STOPPED_BY_XMPRUN;
     else if (rep->signal > 0)
         rep->state = XMP_WORKER_SIGNALED;
     else
@@ -207,7 +207,7 @@ finish_worker(struct xmp_supervisor *sv, struct worker *w, const siginfo_t *si)
 /* Reaps the worker if it has exited; its status is taken through the pidfd so that a recycled
  * pid can never be confused with it. */
 static void
-try_reap(struct xmp_supervisor *sv, struct worker *w)
+try_reap(struct xmp_supervisor *sv, struct xmp_worker *w)
 {
     siginfo_t si;
     int ret;
@@ -241,7 +241,7 @@ reap_children(struct xmp_supervisor *sv)
         if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
             return;
         for (size_t i = 0; i < sv->n_workers; i++) {
-            struct worker *w = &sv->workers[i];
+            struct xmp_worker *w = &sv->workers[i];
             if (w->running && w->pid == si.si_pid) {
                 try_reap(sv, w);
                 worker = true;
@@ -279,8 +279,8 @@ on_signal(struct xmp_supervisor *sv)
             for (size_t i = 0; i < sv->n_workers; i++)
                 if (sv->workers[i].running)
                     sv->workers[i].stop_sent = true;
-            if (sv->stopping == STOP_NONE)
-                sv->stopping = STOP_INTERRUPT;
+            if (sv->stopping == XMP_STOP_NONE)
+                sv->stopping = XMP_STOP_INTERRUPT;
             if (sv->kill_at_ns == 0)
                 sv->kill_at_ns = xmp_now_ns() + sv->spec->grace_ms * 1000000;
             arm_timer(sv);
@@ -310,8 +310,8 @@ on_timer(struct xmp_supervisor *sv)
         sv->report.timeout_mono_ns = now;
         /* Workers that end from here on were stopped by the deadline, unless a failure or a
          * signal had already started stopping them. */
-        if (sv->stopping == STOP_NONE)
-            stop_all(sv, STOP_TIMEOUT, SIGTERM);
+        if (sv->stopping == XMP_STOP_NONE)
+            stop_all(sv, XMP_STOP_TIMEOUT, SIGTERM);
     }
     if (sv->kill_at_ns > 0 && now >= sv->kill_at_ns)
         kill_all_now(sv);
@@ -362,7 +362,7 @@ open_log(const char *path, bool truncate)
 }
 
 static void
-spawn_worker(struct xmp_supervisor *sv, struct worker *w, size_t index)
+spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
 {
     const struct xmp_spec *spec = sv->spec;
     const struct xmp_plan_worker *pw = w->pw;
@@ -393,8 +393,8 @@ spawn_worker(struct xmp_supervisor *sv, struct worker *w, size_t index)
     xmp_stream_init(&w->err, pe[0], pw->rank, con_err, prefix,
                     open_log(pw->stderr_path, sv->restart == 0), &w->tail);
     streams = true;
-    ep_add(sv, po[0], EV_STDOUT, index);
-    ep_add(sv, pe[0], EV_STDERR, index);
+    ep_add(sv, po[0], XMP_EV_STDOUT, index);
+    ep_add(sv, pe[0], XMP_EV_STDERR, index);
 
     /* A stale error file from an earlier run must not be reported as this run's. */
     if (pw->error_file != NULL)
@@ -429,7 +429,7 @@ spawn_worker(struct xmp_supervisor *sv, struct worker *w, size_t index)
     w->start_failed = sp.exec_failed;
     sv->n_running++;
     if (w->pidfd >= 0)
-        ep_add(sv, w->pidfd, EV_PIDFD, index);
+        ep_add(sv, w->pidfd, XMP_EV_PIDFD, index);
     if (sp.exec_failed)
         snprintf(rep->start_error, sizeof(rep->start_error), "%s", sp.child_err.msg);
     return;
@@ -498,7 +498,7 @@ xmp_group_kill_orphans(void)
 }
 
 static void
-drain_streams(struct xmp_supervisor *sv, struct worker *w)
+drain_streams(struct xmp_supervisor *sv, struct xmp_worker *w)
 {
     struct xmp_stream *streams[2] = {&w->out, &w->err};
 
@@ -514,23 +514,23 @@ drain_streams(struct xmp_supervisor *sv, struct worker *w)
 static void
 dispatch(struct xmp_supervisor *sv, const struct epoll_event *ev)
 {
-    enum ev_kind kind = (enum ev_kind)(ev->data.u64 >> 32);
+    enum xmp_ev_kind kind = (enum xmp_ev_kind)(ev->data.u64 >> 32);
     size_t index = (size_t)(ev->data.u64 & 0xffffffffu);
 
     switch (kind) {
-    case EV_SIGNAL:
+    case XMP_EV_SIGNAL:
         on_signal(sv);
         return;
-    case EV_TIMER:
+    case XMP_EV_TIMER:
         on_timer(sv);
         return;
-    case EV_PIDFD:
+    case XMP_EV_PIDFD:
         try_reap(sv, &sv->workers[index]);
         return;
-    case EV_STDOUT:
+    case XMP_EV_STDOUT:
         on_stream(sv, &sv->workers[index].out);
         return;
-    case EV_STDERR:
+    case XMP_EV_STDERR:
         on_stream(sv, &sv->workers[index].err);
         return;
     }
@@ -540,7 +540,7 @@ static void
 prepare_run(struct xmp_supervisor *sv)
 {
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         const struct xmp_plan_worker *pw = w->pw;
         struct xmp_worker_report *rep = &sv->report.workers[i];
 
@@ -563,7 +563,7 @@ prepare_run(struct xmp_supervisor *sv)
         xmp_strv_free(w->environ);
         w->environ = worker_environ(sv, pw);
     }
-    sv->stopping = STOP_NONE;
+    sv->stopping = XMP_STOP_NONE;
     sv->kill_at_ns = 0;
     arm_timer(sv);
 }
@@ -608,7 +608,7 @@ xmp_group_run(struct xmp_supervisor *sv)
             /* Cannot wait any more: stop everything rather than leave workers unsupervised. */
             kill_all_now(sv);
             for (size_t i = 0; i < sv->n_workers; i++) {
-                struct worker *w = &sv->workers[i];
+                struct xmp_worker *w = &sv->workers[i];
                 siginfo_t si = {0};
                 if (w->running && waitid(P_PID, (id_t)w->pid, &si, WEXITED) == 0)
                     finish_worker(sv, w, &si);
@@ -622,7 +622,7 @@ xmp_group_run(struct xmp_supervisor *sv)
     /* Whatever a worker left behind in its process group is part of the job and ends with it;
      * the cgroups catch the rest when they are destroyed. */
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         struct xmp_error err = {0};
         if (w->pid > 0)
             kill(-w->pid, SIGKILL);

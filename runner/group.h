@@ -16,11 +16,11 @@
 #include <sys/resource.h>
 #include <time.h>
 
-enum ev_kind { EV_SIGNAL = 1, EV_TIMER, EV_PIDFD, EV_STDOUT, EV_STDERR };
+enum xmp_ev_kind { XMP_EV_SIGNAL = 1, XMP_EV_TIMER, XMP_EV_PIDFD, XMP_EV_STDOUT, XMP_EV_STDERR };
 
-enum stop_reason { STOP_NONE = 0, STOP_FAILURE, STOP_TIMEOUT, STOP_INTERRUPT };
+enum xmp_stop_reason { XMP_STOP_NONE = 0, XMP_STOP_FAILURE, XMP_STOP_TIMEOUT, XMP_STOP_INTERRUPT };
 
-struct worker {
+struct xmp_worker {
     const struct xmp_plan_worker *pw;
     struct xmp_cgroup *cg;
     char **environ;
@@ -56,10 +56,10 @@ struct xmp_supervisor {
     int sigfd;
     int timerfd;
     int stdin_fd; /* /dev/null when xmprun's stdin is a terminal, else -1 (inherit) */
-    struct worker *workers;
+    struct xmp_worker *workers;
     size_t n_workers;
     size_t n_running;
-    enum stop_reason stopping;
+    enum xmp_stop_reason stopping;
     int64_t kill_at_ns;  /* 0: no kill pending */
     int64_t deadline_ns; /* 0: no timeout */
     int restart;

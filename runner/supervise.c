@@ -31,7 +31,7 @@ destroy_worker_cgroups(struct xmp_supervisor *sv)
     struct xmp_error err = {0};
 
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         if (w->cg != NULL && xmp_cgroup_destroy(w->cg, &err) < 0)
             fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank, err.msg);
         w->cg = NULL;
@@ -42,7 +42,7 @@ static int
 create_worker_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
 {
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         char name[32];
 
         snprintf(name, sizeof(name), "worker-%d", w->pw->rank);
@@ -125,8 +125,8 @@ setup_signals(struct xmp_supervisor *sv, struct xmp_error *err)
     sv->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
     if (sv->timerfd < 0)
         return xmp_error_set(err, errno, "timerfd_create");
-    struct epoll_event sev = {.events = EPOLLIN, .data.u64 = (uint64_t)EV_SIGNAL << 32};
-    struct epoll_event tev = {.events = EPOLLIN, .data.u64 = (uint64_t)EV_TIMER << 32};
+    struct epoll_event sev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_SIGNAL << 32};
+    struct epoll_event tev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_TIMER << 32};
     if (epoll_ctl(sv->epfd, EPOLL_CTL_ADD, sv->sigfd, &sev) < 0 ||
         epoll_ctl(sv->epfd, EPOLL_CTL_ADD, sv->timerfd, &tev) < 0)
         return xmp_error_set(err, errno, "epoll_ctl");
@@ -160,7 +160,7 @@ setup_workers(struct xmp_supervisor *sv, struct xmp_error *err)
         return xmp_error_set(err, ENOMEM, "workers");
     sv->report.n_workers = sv->n_workers;
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         struct xmp_error e = {0};
         char **env;
 
@@ -312,7 +312,7 @@ cleanup(struct xmp_supervisor *sv)
 {
     remove_run_dir(sv);
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         if (w->pidfd >= 0)
             close(w->pidfd);
         free(w->path);
