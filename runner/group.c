@@ -32,10 +32,66 @@
 #define FINAL_DRAIN (4 * 1024 * 1024)
 
 static int
+ep_ctl(struct xmp_supervisor *sv, int op, int fd, uint32_t events, enum xmp_ev_kind kind,
+       size_t index)
+{
+    struct epoll_event ev = {.events = events, .data.u64 = ((uint64_t)kind << 32) | index};
+    return epoll_ctl(sv->epfd, op, fd, &ev);
+}
+
+static int
 ep_add(struct xmp_supervisor *sv, int fd, enum xmp_ev_kind kind, size_t index)
 {
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = ((uint64_t)kind << 32) | index};
-    return epoll_ctl(sv->epfd, EPOLL_CTL_ADD, fd, &ev);
+    /* While the console is backed up, new output pipes start paused like the others. */
+    uint32_t events =
+        (kind == XMP_EV_STDOUT || kind == XMP_EV_STDERR) && sv->reading_paused ? 0 : EPOLLIN;
+    return ep_ctl(sv, EPOLL_CTL_ADD, fd, events, kind, index);
+}
+
+void
+xmp_group_setup_consoles(struct xmp_supervisor *sv)
+{
+    for (int i = 0; i < 2; i++) {
+        int fd = i == 0 ? STDOUT_FILENO : STDERR_FILENO;
+        /* epoll refuses regular files (EPERM): those never block, and are written directly. */
+        bool pollable = ep_ctl(sv, EPOLL_CTL_ADD, fd, 0, XMP_EV_CONSOLE, (size_t)i) == 0;
+        xmp_console_init(&sv->consoles[i], fd, !pollable);
+        sv->console_watched[i] = false;
+    }
+    sv->reading_paused = false;
+}
+
+/* After each batch of events: write what the consoles accept, wake up when they accept more,
+ * and stop reading the workers' pipes while a console is backed up (the workers then block on
+ * their own writes, xmprun does not). */
+static void
+service_consoles(struct xmp_supervisor *sv)
+{
+    bool high = false, low = true;
+
+    for (int i = 0; i < 2; i++) {
+        struct xmp_console *c = &sv->consoles[i];
+        size_t left;
+        if (c->direct)
+            continue;
+        left = xmp_console_flush(c);
+        if ((left > 0) != sv->console_watched[i] && c->fd >= 0) {
+            ep_ctl(sv, EPOLL_CTL_MOD, c->fd, left > 0 ? EPOLLOUT : 0, XMP_EV_CONSOLE, (size_t)i);
+            sv->console_watched[i] = left > 0;
+        }
+        high = high || left > XMP_CONSOLE_HIGH;
+        low = low && left < XMP_CONSOLE_LOW;
+    }
+    if (high == sv->reading_paused || (!high && !low))
+        return;
+    sv->reading_paused = high;
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_stream *streams[2] = {&sv->workers[i].out, &sv->workers[i].err};
+        for (int k = 0; k < 2; k++)
+            if (streams[k]->fd >= 0)
+                ep_ctl(sv, EPOLL_CTL_MOD, streams[k]->fd, high ? 0 : EPOLLIN,
+                       k == 0 ? XMP_EV_STDOUT : XMP_EV_STDERR, i);
+    }
 }
 
 static void
@@ -368,7 +424,7 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
     const struct xmp_plan_worker *pw = w->pw;
     struct xmp_worker_report *rep = w->rep;
     int po[2] = {-1, -1}, pe[2] = {-1, -1};
-    int con_out = -1, con_err = -1;
+    struct xmp_console *con_out = NULL, *con_err = NULL;
     bool prefix = spec->console == XMP_CONSOLE_PREFIX;
     struct xmp_spawned sp;
     struct xmp_error err = {0};
@@ -377,8 +433,8 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
 
     if (spec->console == XMP_CONSOLE_PREFIX || spec->console == XMP_CONSOLE_RAW ||
         (spec->console == XMP_CONSOLE_RANK0 && pw->rank == 0)) {
-        con_out = STDOUT_FILENO;
-        con_err = STDERR_FILENO;
+        con_out = &sv->consoles[0];
+        con_err = &sv->consoles[1];
     }
     xmp_now_real(&rep->started_at);
     if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
@@ -533,6 +589,8 @@ dispatch(struct xmp_supervisor *sv, const struct epoll_event *ev)
     case XMP_EV_STDERR:
         on_stream(sv, &sv->workers[index].err);
         return;
+    case XMP_EV_CONSOLE:
+        return; /* written in service_consoles after the batch */
     }
 }
 
@@ -617,6 +675,7 @@ xmp_group_run(struct xmp_supervisor *sv)
         }
         for (int i = 0; i < n; i++)
             dispatch(sv, &evs[i]);
+        service_consoles(sv);
     }
 
     /* Whatever a worker left behind in its process group is part of the job and ends with it;
@@ -632,4 +691,5 @@ xmp_group_run(struct xmp_supervisor *sv)
     xmp_group_kill_orphans();
     for (size_t i = 0; i < sv->n_workers; i++)
         drain_streams(sv, &sv->workers[i]);
+    service_consoles(sv);
 }

@@ -16,7 +16,14 @@
 #include <sys/resource.h>
 #include <time.h>
 
-enum xmp_ev_kind { XMP_EV_SIGNAL = 1, XMP_EV_TIMER, XMP_EV_PIDFD, XMP_EV_STDOUT, XMP_EV_STDERR };
+enum xmp_ev_kind {
+    XMP_EV_SIGNAL = 1,
+    XMP_EV_TIMER,
+    XMP_EV_PIDFD,
+    XMP_EV_STDOUT,
+    XMP_EV_STDERR,
+    XMP_EV_CONSOLE, /* index 0: xmprun's stdout, 1: its stderr, writable again */
+};
 
 enum xmp_stop_reason { XMP_STOP_NONE = 0, XMP_STOP_FAILURE, XMP_STOP_TIMEOUT, XMP_STOP_INTERRUPT };
 
@@ -56,6 +63,9 @@ struct xmp_supervisor {
     int sigfd;
     int timerfd;
     int stdin_fd; /* /dev/null when xmprun's stdin is a terminal, else -1 (inherit) */
+    struct xmp_console consoles[2]; /* xmprun's stdout and stderr */
+    bool console_watched[2];        /* EPOLLOUT is armed for it */
+    bool reading_paused;            /* a console is over XMP_CONSOLE_HIGH */
     struct xmp_worker *workers;
     size_t n_workers;
     size_t n_running;
@@ -88,6 +98,9 @@ xmp_quiet(const struct xmp_supervisor *sv)
 {
     return sv->opts != NULL && sv->opts->verbosity < 0;
 }
+
+/* Sets up xmprun's stdout and stderr as the workers' consoles (after the epoll fd exists). */
+void xmp_group_setup_consoles(struct xmp_supervisor *sv);
 
 /* Spawns every worker and supervises them until all are reaped, then kills what they left
  * behind and collects their output tails into sv->report.workers. */

@@ -325,6 +325,8 @@ cleanup(struct xmp_supervisor *sv)
         close(sv->timerfd);
     if (sv->stdin_fd >= 0)
         close(sv->stdin_fd);
+    for (int i = 0; i < 2; i++)
+        xmp_console_free(&sv->consoles[i]);
     if (sv->have_plan)
         xmp_plan_free(&sv->plan);
     if (sv->have_host)
@@ -354,6 +356,7 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts)
         sv.stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (setup_signals(&sv, &err) < 0)
         goto setup_failed;
+    xmp_group_setup_consoles(&sv);
     /* Quietly collect what an xmprun killed with SIGKILL left behind. */
     xmp_state_gc(sv.state_dir, &err);
     xmp_error_clear(&err);
@@ -401,6 +404,10 @@ done:
     path = report_path(&sv, buf, sizeof(buf));
     if (xmp_report_write(&sv.report, path, &err) < 0)
         fprintf(stderr, "xmprun: report: %s\n", err.msg);
+    /* What a slow console still holds is written last, waiting for its reader if need be: the
+     * job's end time and report do not wait for it, the summary comes after it. */
+    for (int i = 0; i < 2; i++)
+        xmp_console_drain(&sv.consoles[i]);
     if (!xmp_quiet(&sv) && sv.report.outcome != XMP_OUTCOME_SETUP_FAILED)
         xmp_report_print_summary(&sv.report, stderr);
     status = sv.report.exit_code;
