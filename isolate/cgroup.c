@@ -324,13 +324,18 @@ xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
         return xmp_error_set(err, EINVAL, "cgroup: bad child name \"%s\"", name);
     if (snprintf(rel, sizeof(rel), "%s/%s", parent->rel, name) >= (int)sizeof(rel))
         return xmp_error_set(err, ENAMETOOLONG, "cgroup: child name %s", name);
+    /* The job's directories are new (create_job checked), so only this object knows which
+     * children exist: no per-hierarchy access() for each one. */
+    for (size_t i = 0; i < parent->nchildren; i++)
+        if (strcmp(parent->children[i]->rel, rel) == 0)
+            return xmp_error_set(err, EEXIST, "cgroup %s: exists already", name);
     nc = realloc(parent->children, (parent->nchildren + 1) * sizeof(*nc));
     if (nc == NULL)
         return xmp_error_set(err, ENOMEM, "cgroup child %s", name);
     parent->children = nc;
     if (new_cgroup(parent->layout, parent, rel, &cg, err) < 0)
         return -1;
-    if (check_absent(cg, err) < 0 || cg->ops->create(cg, limits, err) < 0) {
+    if (cg->ops->create(cg, limits, err) < 0) {
         free_cgroup(cg);
         return xmp_error_wrap(err, "cgroup %s", name);
     }
@@ -351,6 +356,22 @@ xmp_cgroup_path(const struct xmp_cgroup *cg)
     return cg->path;
 }
 
+static int
+write_pid(const char *procs, const char *num, size_t len, struct xmp_error *err)
+{
+    int fd = open(procs, O_WRONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        return xmp_error_set(err, errno, "open `%s`", procs);
+    if (write(fd, num, len) != (ssize_t)len) {
+        int e = errno;
+        close(fd);
+        return xmp_error_set(err, e, "write pid to `%s`", procs);
+    }
+    close(fd);
+    return 0;
+}
+
 /* Runs in a freshly forked child: no allocation, no stdio; only open/write/close on the paths
  * computed at create time. Writing cgroup.procs moves the whole thread group on v1 too (libcgroup's
  * cgroup_attach_task writes `tasks`, which moves one thread only). */
@@ -361,6 +382,7 @@ xmp_cgroup_attach(const struct xmp_cgroup *cg, pid_t pid, bool into_unified, str
     size_t len = 0;
     char tmp[24];
     unsigned long v = pid > 0 ? (unsigned long)pid : 0;
+    int u = cg->layout->unified;
 
     do {
         tmp[len++] = (char)('0' + v % 10);
@@ -368,19 +390,22 @@ xmp_cgroup_attach(const struct xmp_cgroup *cg, pid_t pid, bool into_unified, str
     } while (v > 0);
     for (size_t i = 0; i < len; i++)
         num[i] = tmp[len - 1 - i];
+    /* The cgroup2 directory first (unless clone3 put the process there already): then any
+     * process in a worker's v1 cgroups is in its cgroup2 one too, which is what lets the kill
+     * and the emptiness check look at that one alone. */
+    if (u >= 0 && !into_unified && write_pid(cg->procs[u], num, len, err) < 0)
+        return -1;
+    /* Where the cgroup has no directory of its own, into the job's if that has one (the job
+     * may have got it after this cgroup was made), else the hierarchy is left alone. */
     for (size_t i = 0; i < cg->layout->n; i++) {
-        int fd;
-        if (into_unified && (int)i == cg->layout->unified)
+        const char *procs = (cg->own & (1u << i)) ? cg->procs[i]
+                            : cg->parent != NULL && (cg->parent->own & (1u << i))
+                                ? cg->parent->procs[i]
+                                : NULL;
+        if ((int)i == u || procs == NULL)
             continue;
-        fd = open(cg->procs[i], O_WRONLY | O_CLOEXEC);
-        if (fd < 0)
-            return xmp_error_set(err, errno, "open `%s`", cg->procs[i]);
-        if (write(fd, num, len) != (ssize_t)len) {
-            int e = errno;
-            close(fd);
-            return xmp_error_set(err, e, "write pid to `%s`", cg->procs[i]);
-        }
-        close(fd);
+        if (write_pid(procs, num, len, err) < 0)
+            return -1;
     }
     return 0;
 }
@@ -394,7 +419,11 @@ xmp_cgroup_kill(struct xmp_cgroup *cg, struct xmp_error *err)
 bool
 xmp_cgroup_is_empty(const struct xmp_cgroup *cg)
 {
+    if (cg->layout->caps.tracking)
+        return xmp_cg2_is_empty(cg->dir[cg->layout->unified]);
     for (size_t i = 0; i < cg->layout->n; i++) {
+        if (!(cg->own & (1u << i)))
+            continue;
         bool empty = cg->layout->h[i].v2 ? xmp_cg2_is_empty(cg->dir[i])
                                          : xmp_cg_procs_empty_tree(cg->dir[i]);
         if (!empty)
@@ -420,14 +449,17 @@ sleep_ms(long ms)
 }
 
 /* Kills and waits until the tree is empty, up to timeout_ms, killing again every 100 ms (a task
- * may have forked past a v1 sweep). Polling with short sleeps is acceptable here: it runs once
- * per cgroup at teardown, after the supervisor has reaped its workers, so normally the first
- * check already succeeds. */
+ * may have forked past a v1 sweep). Normally the supervisor has reaped its workers already, so
+ * one read of cgroup.events settles it; otherwise, with a cgroup2 directory, it sleeps in poll()
+ * on that file. Only legacy mode (or gc, which does not know how a cgroup was made) polls with
+ * short sleeps and cgroup.procs scans. */
 static int
 kill_and_wait(struct xmp_cgroup *cg, long timeout_ms, struct xmp_error *err)
 {
     long waited = 0, step = 5, next_kill = 0;
 
+    if (cg->layout->caps.tracking)
+        return xmp_cgroup_is_empty(cg) ? 0 : xmp_cg2_kill_and_wait(cg, timeout_ms, err);
     while (!xmp_cgroup_is_empty(cg)) {
         if (waited >= timeout_ms)
             return xmp_error_set(err, EBUSY, "cgroup `%s` still has processes after %ld ms",
@@ -445,9 +477,10 @@ kill_and_wait(struct xmp_cgroup *cg, long timeout_ms, struct xmp_error *err)
     return 0;
 }
 
-/* Removes cg's directories, deepest first, in every hierarchy; libcgroup's delete would move
- * live tasks to the parent instead of failing, so the caller has emptied the cgroup already and
- * plain rmdir reports EBUSY if that did not hold. */
+/* Removes cg's directories, deepest first, in every hierarchy (gc: it does not know which
+ * directories a cgroup has); libcgroup's delete would move live tasks to the parent instead of
+ * failing, so the caller has emptied the cgroup already and plain rmdir reports EBUSY if that
+ * did not hold. */
 static int
 remove_dirs(struct xmp_cgroup *cg, struct xmp_error *err)
 {
@@ -456,6 +489,35 @@ remove_dirs(struct xmp_cgroup *cg, struct xmp_error *err)
     for (size_t i = 0; i < cg->layout->n; i++) {
         struct xmp_error e = {0};
         if (xmp_cg_rmdir_tree(cg->dir[i], &e) < 0) {
+            if (ret == 0 && err != NULL)
+                *err = e;
+            ret = -1;
+        }
+    }
+    return ret;
+}
+
+/* Removes the directories cg made, once it is empty: one rmdir each. Only when one fails does it
+ * look further: subdirectories a worker made itself (removed deepest first) or, in a v1
+ * hierarchy, a process that is there and not in the cgroup2 directory (killed, then waited for
+ * briefly). The final rmdir's error names what is left. */
+static int
+remove_own_dirs(struct xmp_cgroup *cg, struct xmp_error *err)
+{
+    int ret = 0;
+
+    for (size_t i = 0; i < cg->layout->n; i++) {
+        struct xmp_error e = {0};
+        if (!(cg->own & (1u << i)) || rmdir(cg->dir[i]) == 0 || errno == ENOENT)
+            continue;
+        for (int tries = 0;; tries++) {
+            xmp_error_clear(&e);
+            if (xmp_cg_rmdir_tree(cg->dir[i], &e) == 0 || e.errnum != EBUSY || tries == 20)
+                break;
+            xmp_cg_kill_procs_tree(cg->dir[i]);
+            sleep_ms(10);
+        }
+        if (e.errnum != 0) {
             if (ret == 0 && err != NULL)
                 *err = e;
             ret = -1;
@@ -497,7 +559,7 @@ destroy_tree(struct xmp_cgroup *cg, bool wait, struct xmp_error *err)
     /* Even after a failed wait, remove what is empty; rmdir's EBUSY names what is left. */
     {
         struct xmp_error e = {0};
-        if (remove_dirs(cg, &e) < 0 && ret == 0) {
+        if (remove_own_dirs(cg, &e) < 0 && ret == 0) {
             if (err != NULL)
                 *err = e;
             ret = -1;
@@ -572,8 +634,10 @@ xmp_cgroup_gc(enum xmp_cgroup_mode mode, bool (*is_orphan)(const char *name, voi
     for (size_t k = 0; k < n; k++) {
         struct xmp_cgroup *cg = NULL;
         struct xmp_error e = {0};
-        if (new_cgroup(layout, NULL, names[k], &cg, &e) < 0 || kill_and_wait(cg, 5000, &e) < 0 ||
-            remove_dirs(cg, &e) < 0) {
+        /* caps are unknown here (zero): the kill and the wait look at every hierarchy. */
+        if (new_cgroup(layout, NULL, names[k], &cg, &e) == 0)
+            cg->own = (1u << layout->n) - 1;
+        if (cg == NULL || kill_and_wait(cg, 5000, &e) < 0 || remove_dirs(cg, &e) < 0) {
             if (ret == 0 && err != NULL)
                 *err = e;
             ret = -1;

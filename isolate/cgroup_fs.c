@@ -161,6 +161,135 @@ xmp_cg_lc_set(const struct xmp_cg_hier *h, const char *rel, const char *file, co
 }
 
 int
+xmp_cg_values_add(struct xmp_cg_values *vals, int hier, const char *file, const char *value,
+                  struct xmp_error *err)
+{
+    if (vals->n == XMP_CG_MAX_VALUES)
+        return xmp_error_set(err, E2BIG, "too many cgroup values (at %s)", file);
+    vals->v[vals->n].hier = hier;
+    if (snprintf(vals->v[vals->n].file, sizeof(vals->v[0].file), "%s", file) >=
+            (int)sizeof(vals->v[0].file) ||
+        snprintf(vals->v[vals->n].value, sizeof(vals->v[0].value), "%s", value) >=
+            (int)sizeof(vals->v[0].value))
+        return xmp_error_set(err, ENAMETOOLONG, "cgroup value for %s too long", file);
+    vals->n++;
+    return 0;
+}
+
+int
+xmp_cg_values_add_int(struct xmp_cg_values *vals, int hier, const char *file, int64_t value,
+                      struct xmp_error *err)
+{
+    char v[32];
+
+    snprintf(v, sizeof(v), "%" PRId64, value);
+    return xmp_cg_values_add(vals, hier, file, v, err);
+}
+
+/* The slow path of xmp_cg_lc_create: the same work, one directory and one value per libcgroup
+ * call, so that the first failure names its directory or file. libcgroup's mkdir -p takes the
+ * directories the fast path already made. */
+static int
+lc_create_slowly(const struct xmp_cgroup *cg, unsigned mask, const struct xmp_cg_values *vals,
+                 struct xmp_error *err)
+{
+    const struct xmp_cg_layout *lay = cg->layout;
+
+    for (size_t i = 0; i < lay->n; i++) {
+        const struct xmp_cg_hier *h = &lay->h[i];
+        char name[XMP_CG_PATH];
+        struct cgroup *lc;
+        int ret;
+
+        if (!(mask & (1u << i)) || h->lc_ctrl[0] == '\0')
+            continue;
+        xmp_cg_lc_name(h, cg->rel, name, sizeof(name));
+        lc = cgroup_new_cgroup(name);
+        if (lc == NULL)
+            return xmp_error_set(err, ENOMEM, "cgroup_new_cgroup");
+        ret =
+            cgroup_add_controller(lc, h->lc_ctrl) == NULL ? ECGINVAL : cgroup_create_cgroup(lc, 1);
+        cgroup_free(&lc);
+        if (ret != 0)
+            return xmp_cg_lcerror(err, ret, "create cgroup", cg->dir[i]);
+        for (size_t k = 0; k < vals->n; k++)
+            if (vals->v[k].hier == (int)i &&
+                xmp_cg_lc_set(h, cg->rel, vals->v[k].file, vals->v[k].value, err) < 0)
+                return -1;
+    }
+    return 0;
+}
+
+/* Adds the controllers of the hierarchies of mask whose libcgroup name is `name` (and their
+ * values) to lc, and marks them in *done. Returns a libcgroup code. */
+static int
+add_same_name(struct cgroup *lc, const struct xmp_cgroup *cg, unsigned mask, const char *name,
+              const struct xmp_cg_values *vals, unsigned *done)
+{
+    const struct xmp_cg_layout *lay = cg->layout;
+
+    for (size_t j = 0; j < lay->n; j++) {
+        const struct xmp_cg_hier *h = &lay->h[j];
+        struct cgroup_controller *c;
+        char other[XMP_CG_PATH];
+        int ret = 0;
+
+        if (!(mask & (1u << j)) || (*done & (1u << j)) || h->lc_ctrl[0] == '\0')
+            continue;
+        xmp_cg_lc_name(h, cg->rel, other, sizeof(other));
+        if (strcmp(other, name) != 0)
+            continue;
+        *done |= 1u << j;
+        c = cgroup_add_controller(lc, h->lc_ctrl);
+        if (c == NULL)
+            return ECGINVAL;
+        for (size_t k = 0; k < vals->n && ret == 0; k++)
+            if (vals->v[k].hier == (int)j)
+                ret = cgroup_add_value_string(c, vals->v[k].file, vals->v[k].value);
+        if (ret != 0)
+            return ret;
+    }
+    return 0;
+}
+
+int
+xmp_cg_lc_create(const struct xmp_cgroup *cg, unsigned mask, const struct xmp_cg_values *vals,
+                 struct xmp_error *err)
+{
+    const struct xmp_cg_layout *lay = cg->layout;
+    unsigned done = 0;
+    int ret = 0;
+
+    /* libcgroup names a cgroup relative to each hierarchy's root, and xmprun's own cgroup can
+     * differ per hierarchy (here memory is below /process_api/..., the rest at /), so one
+     * struct cgroup per distinct name. Every libcgroup create and value write re-reads
+     * /proc/mounts (cg_test_mounted_fs) and mkdirs each path component, so fewer calls and
+     * fewer directories are what makes creation cheap. */
+    for (size_t i = 0; i < lay->n && ret == 0; i++) {
+        char name[XMP_CG_PATH];
+        struct cgroup *lc;
+
+        if (!(mask & (1u << i)) || (done & (1u << i)) || lay->h[i].lc_ctrl[0] == '\0')
+            continue;
+        xmp_cg_lc_name(&lay->h[i], cg->rel, name, sizeof(name));
+        lc = cgroup_new_cgroup(name);
+        if (lc == NULL)
+            return xmp_error_set(err, ENOMEM, "cgroup_new_cgroup");
+        ret = add_same_name(lc, cg, mask, name, vals, &done);
+        if (ret == 0)
+            ret = cgroup_create_cgroup(lc, 1);
+        cgroup_free(&lc);
+    }
+    if (ret == 0)
+        return 0;
+    /* libcgroup 2.0.2 stops at the first failing directory or value and says only why (its
+     * last errno), not where: redo it step by step for a message that names the file. */
+    if (lc_create_slowly(cg, mask, vals, err) < 0)
+        return -1;
+    return 0;
+}
+
+int
 xmp_cg_lc_read(const struct xmp_cg_hier *h, const char *rel, const char *file, char *buf,
                size_t size, struct xmp_error *err)
 {

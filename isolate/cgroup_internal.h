@@ -28,11 +28,30 @@ struct xmp_cg_hier {
     char own[XMP_CG_PATH]; /* xmprun's own cgroup, relative to the hierarchy's root ("/..") */
 };
 
+/* What the kernel offers, learned once when the job is created (so that a worker costs no extra
+ * reads), and the job's cpuset.mems, which its workers copy. All false for gc, which then looks
+ * everywhere. */
+struct xmp_cg_caps {
+    bool tracking;      /* every process of a cgroup is in its cgroup2 directory (unified, or
+                         * hybrid, where attach joins that one first): its cgroup.events alone
+                         * says whether the cgroup is empty */
+    bool v2_kill;       /* the cgroup2 tree has cgroup.kill (5.14+) */
+    bool v2_freeze;     /* the cgroup2 tree has cgroup.freeze (5.2+): no v1 freezer needed */
+    bool v2_cpu_stat;   /* the cgroup2 tree has cpu.stat (4.15+): CPU time without cpuacct */
+    bool swap_max;      /* v2 memory.swap.max exists (swap accounting) */
+    bool peak;          /* v2 memory.peak exists (5.19+) */
+    bool memsw;         /* v1 memory.memsw.limit_in_bytes exists (swap accounting) */
+    bool cpuacct_usage; /* v1 cpuacct.usage_user exists (4.6+; before it only cpuacct.stat) */
+    bool mems_known;    /* mems holds the job's value */
+    char mems[256];     /* v1 cpuset.mems / v2 cpuset.mems.effective of the job */
+};
+
 struct xmp_cg_layout {
     enum xmp_cgroup_mode mode;
     size_t n;
     int unified; /* index of the cgroup2 hierarchy, or -1 */
     struct xmp_cg_hier h[XMP_CG_MAX_HIER];
+    struct xmp_cg_caps caps;
 };
 
 struct xmp_cg_ops;
@@ -44,7 +63,12 @@ struct xmp_cgroup {
     struct xmp_cgroup *parent; /* NULL for the job */
     struct xmp_cgroup **children;
     size_t nchildren;
-    int dirfd;              /* cgroup2 directory, or -1 */
+    int dirfd; /* cgroup2 directory, or -1 */
+    /* Bit i: the cgroup has a directory of its own in hierarchy i. It gets one only where its
+     * limits, its stats or its kill need it (memory and the cgroup2 tree always); elsewhere a
+     * worker's processes join the job's directory if the job has one, else that hierarchy is
+     * left alone (no cgroup.procs write, which is what attach costs). */
+    unsigned own;
     char rel[XMP_CG_PATH];  /* below xmprun's own cgroup: "xmprun-a-1" or ".../worker-0" */
     char path[XMP_CG_PATH]; /* for the report: relative to the (unified) hierarchy root */
     /* Precomputed per hierarchy, so that attach needs no allocation in a forked child. */
@@ -53,8 +77,8 @@ struct xmp_cgroup {
 };
 
 struct xmp_cg_ops {
-    /* Creates the directories of cg (dir[] filled) in every hierarchy and applies limits.
-     * Removes what it created on failure. */
+    /* Creates the directories of cg (dir[] filled) where it needs them (sets cg->own) and
+     * applies limits. Removes what it created on failure. */
     int (*create)(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_error *err);
     int (*kill)(struct xmp_cgroup *cg, struct xmp_error *err);
     int (*read_stats)(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st,
@@ -74,6 +98,28 @@ bool xmp_cg_exists(const char *dir, const char *file);
 int64_t xmp_cg_keyed(const char *text, const char *key);
 /* Translates a libcgroup return code into err (errno and message). Always returns -1. */
 int xmp_cg_lcerror(struct xmp_error *err, int ret, const char *what, const char *path);
+/* The values a new cgroup gets, in the order they must be written (memory before memsw). */
+#define XMP_CG_MAX_VALUES 16
+struct xmp_cg_values {
+    size_t n;
+    struct {
+        int hier; /* layout index */
+        char file[48];
+        char value[1024];
+    } v[XMP_CG_MAX_VALUES];
+};
+int xmp_cg_values_add(struct xmp_cg_values *vals, int hier, const char *file, const char *value,
+                      struct xmp_error *err);
+int xmp_cg_values_add_int(struct xmp_cg_values *vals, int hier, const char *file, int64_t value,
+                          struct xmp_error *err);
+/* Creates cg's directories in the libcgroup-managed hierarchies of mask with their values,
+ * through libcgroup: one cgroup_create_cgroup() per distinct name, i.e. one struct cgroup
+ * carrying the controllers of every hierarchy where xmprun's own cgroup has the same path, and
+ * the values written by the create itself. libcgroup's error does not say which directory or
+ * file failed, so on failure it is redone one directory and one value at a time, which names
+ * them. Leaves what it created on failure (the caller removes it). */
+int xmp_cg_lc_create(const struct xmp_cgroup *cg, unsigned mask, const struct xmp_cg_values *vals,
+                     struct xmp_error *err);
 /* Sets file=value in hierarchy h on the cgroup at rel (below own) through libcgroup. */
 int xmp_cg_lc_set(const struct xmp_cg_hier *h, const char *rel, const char *file, const char *value,
                   struct xmp_error *err);
@@ -95,5 +141,10 @@ int xmp_cg2_kill(const char *dir, struct xmp_error *err);
 /* The kill for kernels before 5.14 (no cgroup.kill): cgroup.freeze, SIGKILL each task, thaw. */
 int xmp_cg2_freeze_kill(const char *dir, struct xmp_error *err);
 bool xmp_cg2_is_empty(const char *dir);
+/* Kills cg (its ops) and waits until cgroup.events of its cgroup2 directory says "populated 0",
+ * up to timeout_ms, sleeping in poll() on that file (the kernel raises POLLPRI when it changes)
+ * and killing again every 100 ms (a process may fork past a kill). 0 once empty; -1 with EBUSY
+ * on timeout, or the kill's error. */
+int xmp_cg2_kill_and_wait(struct xmp_cgroup *cg, long timeout_ms, struct xmp_error *err);
 
 #endif

@@ -53,17 +53,10 @@ need(const struct xmp_cg_layout *l, unsigned bit, const char *ctrl, const char *
     return i;
 }
 
+/* The values for cg's v1 directories (hierarchies in mask), in the order the kernel needs. */
 static int
-set_int(const struct xmp_cgroup *cg, int i, const char *file, int64_t value, struct xmp_error *err)
-{
-    char v[32];
-
-    snprintf(v, sizeof(v), "%" PRId64, value);
-    return xmp_cg_lc_set(&cg->layout->h[i], cg->rel, file, v, err);
-}
-
-static int
-set_limits(const struct xmp_cgroup *cg, const struct xmp_limits *l, struct xmp_error *err)
+v1_values(const struct xmp_cgroup *cg, const struct xmp_limits *l, unsigned mask,
+          struct xmp_cg_values *vals, struct xmp_error *err)
 {
     const struct xmp_cg_layout *lay = cg->layout;
     int i;
@@ -72,40 +65,39 @@ set_limits(const struct xmp_cgroup *cg, const struct xmp_limits *l, struct xmp_e
         if ((i = need(lay, XMP_CG_MEMORY, "memory", "a memory limit", err)) < 0)
             return -1;
         /* memsw is memory + swap and must never be below the memory limit: memory first. */
-        if (l->memory >= 0 && set_int(cg, i, "memory.limit_in_bytes", l->memory, err) < 0)
-            return -1;
         int64_t memsw = xmp_cgroup_memsw(l->memory, l->swap);
-        if (memsw >= 0 && xmp_cg_exists(cg->dir[i], "memory.memsw.limit_in_bytes") &&
-            set_int(cg, i, "memory.memsw.limit_in_bytes", memsw, err) < 0)
-            return -1;
-        if (l->memory_high >= 0 &&
-            set_int(cg, i, "memory.soft_limit_in_bytes", l->memory_high, err) < 0)
+        if ((l->memory >= 0 &&
+             xmp_cg_values_add_int(vals, i, "memory.limit_in_bytes", l->memory, err) < 0) ||
+            (memsw >= 0 && lay->caps.memsw &&
+             xmp_cg_values_add_int(vals, i, "memory.memsw.limit_in_bytes", memsw, err) < 0) ||
+            (l->memory_high >= 0 &&
+             xmp_cg_values_add_int(vals, i, "memory.soft_limit_in_bytes", l->memory_high, err) < 0))
             return -1;
     }
     if (l->cpus_milli >= 0) {
         if ((i = need(lay, XMP_CG_CPU, "cpu", "a CPU quota", err)) < 0)
             return -1;
-        if (set_int(cg, i, "cpu.cfs_period_us", 100000, err) < 0 ||
-            set_int(cg, i, "cpu.cfs_quota_us", xmp_cgroup_cfs_quota(l->cpus_milli), err) < 0)
+        if (xmp_cg_values_add_int(vals, i, "cpu.cfs_period_us", 100000, err) < 0 ||
+            xmp_cg_values_add_int(vals, i, "cpu.cfs_quota_us", xmp_cgroup_cfs_quota(l->cpus_milli),
+                                  err) < 0)
             return -1;
     }
     /* A v1 cpuset starts with empty cpus and mems and no task may join it until both are set,
-     * so every level gets them: the asked cpus, or the parent's. */
-    if ((i = hier_of(lay, XMP_CG_CPUSET)) >= 0) {
-        char cpus[1024], mems[256], pdir[XMP_CG_PATH];
-        parent_dir(cg->dir[i], pdir, sizeof(pdir));
+     * so every directory gets them: the asked cpus, or the parent's (a worker without a cpuset
+     * has no cpuset directory of its own: it joins the job's). mems are the job's, read once. */
+    if ((i = hier_of(lay, XMP_CG_CPUSET)) >= 0 && (mask & (1u << i))) {
+        char cpus[1024], pdir[XMP_CG_PATH];
         if (l->has_cpus) {
             if (xmp_cgroup_format_cpuset(&l->cpus, cpus, sizeof(cpus)) < 0)
                 return xmp_error_set(err, ENAMETOOLONG, "cpuset too long");
-        } else if (xmp_cg_read(pdir, "cpuset.cpus", cpus, sizeof(cpus), err) < 0) {
-            return -1;
+        } else {
+            parent_dir(cg->dir[i], pdir, sizeof(pdir));
+            if (xmp_cg_read(pdir, "cpuset.cpus", cpus, sizeof(cpus), err) < 0)
+                return -1;
         }
-        if (xmp_cg_read(pdir, "cpuset.mems", mems, sizeof(mems), err) < 0)
-            return -1;
         cpus[strcspn(cpus, "\n")] = '\0';
-        mems[strcspn(mems, "\n")] = '\0';
-        if (xmp_cg_lc_set(&lay->h[i], cg->rel, "cpuset.cpus", cpus, err) < 0 ||
-            xmp_cg_lc_set(&lay->h[i], cg->rel, "cpuset.mems", mems, err) < 0)
+        if (xmp_cg_values_add(vals, i, "cpuset.cpus", cpus, err) < 0 ||
+            xmp_cg_values_add(vals, i, "cpuset.mems", lay->caps.mems, err) < 0)
             return -1;
     } else if (l->has_cpus) {
         return need(lay, XMP_CG_CPUSET, "cpuset", "a cpuset", err);
@@ -113,78 +105,162 @@ set_limits(const struct xmp_cgroup *cg, const struct xmp_limits *l, struct xmp_e
     if (l->pids >= 0) {
         if ((i = need(lay, XMP_CG_PIDS, "pids", "a process limit", err)) < 0)
             return -1;
-        if (set_int(cg, i, "pids.max", l->pids, err) < 0)
+        if (xmp_cg_values_add_int(vals, i, "pids.max", l->pids, err) < 0)
             return -1;
     }
     return 0;
 }
 
-static void
-remove_created(struct xmp_cgroup *cg, size_t upto)
+/* True when the cgroup2 tracking tree holds every process of a job and can kill them. */
+static bool
+tracked(const struct xmp_cg_layout *lay)
 {
-    for (size_t i = 0; i < upto; i++)
-        rmdir(cg->dir[i]);
+    return lay->caps.tracking && (lay->caps.v2_kill || lay->caps.v2_freeze);
+}
+
+/* The hierarchies cg (job or worker) gets a directory of its own in: the cgroup2 tree, memory
+ * (limits and the report's memory figures), and the others only where its limits, its stats or
+ * its kill need them. In hybrid mode the cgroup2 tree does the kill (cgroup.kill or
+ * cgroup.freeze), so the v1 freezer is not used, and its cpu.stat gives CPU times, so cpuacct is
+ * needed only in legacy mode. A job gets the others when a worker first needs them (see
+ * extend_job): every attach to a v1 hierarchy costs a cgroup.procs write in the child. */
+static unsigned
+v1_mask(const struct xmp_cgroup *cg, const struct xmp_limits *l)
+{
+    const struct xmp_cg_layout *lay = cg->layout;
+    unsigned want = XMP_CG_MEMORY, mask = 0;
+
+    if (l->cpus_milli >= 0)
+        want |= XMP_CG_CPU;
+    if (l->has_cpus)
+        want |= XMP_CG_CPUSET;
+    if (l->pids >= 0)
+        want |= XMP_CG_PIDS;
+    if (lay->unified < 0 || !lay->caps.v2_cpu_stat)
+        want |= XMP_CG_CPUACCT;
+    if (tracked(lay))
+        want &= ~(unsigned)XMP_CG_FREEZER;
+    else
+        want |= XMP_CG_FREEZER;
+    for (size_t i = 0; i < lay->n; i++)
+        if (lay->h[i].v2 || (lay->h[i].ctrls & want))
+            mask |= 1u << i;
+    return mask;
+}
+
+/* What the job's directories tell about the kernel, once per job (see struct xmp_cg_caps). The
+ * v1 answers are read in xmprun's own cgroup, which exists before the job does. */
+static int
+learn_caps(struct xmp_cgroup *cg, struct xmp_error *err)
+{
+    struct xmp_cg_layout *lay = cg->layout;
+    struct xmp_cg_caps *caps = &lay->caps;
+    char pdir[XMP_CG_PATH];
+    int i;
+
+    if (lay->unified >= 0) {
+        const char *dir = cg->dir[lay->unified];
+        caps->v2_kill = xmp_cg_exists(dir, "cgroup.kill");
+        caps->v2_freeze = xmp_cg_exists(dir, "cgroup.freeze");
+        caps->v2_cpu_stat = xmp_cg_exists(dir, "cpu.stat");
+        caps->tracking = true;
+    }
+    if ((i = hier_of(lay, XMP_CG_MEMORY)) >= 0) {
+        parent_dir(cg->dir[i], pdir, sizeof(pdir));
+        caps->memsw = xmp_cg_exists(pdir, "memory.memsw.limit_in_bytes");
+    }
+    if ((i = hier_of(lay, XMP_CG_CPUACCT)) >= 0) {
+        parent_dir(cg->dir[i], pdir, sizeof(pdir));
+        caps->cpuacct_usage = xmp_cg_exists(pdir, "cpuacct.usage_user");
+    }
+    if ((i = hier_of(lay, XMP_CG_CPUSET)) >= 0) {
+        parent_dir(cg->dir[i], pdir, sizeof(pdir));
+        if (xmp_cg_read(pdir, "cpuset.mems", caps->mems, sizeof(caps->mems), err) < 0)
+            return -1;
+        caps->mems[strcspn(caps->mems, "\n")] = '\0';
+        caps->mems_known = true;
+    }
+    return 0;
+}
+
+/* Gives the job directories in the hierarchies of `missing`, which a worker is about to need:
+ * a worker's directory must be below the job's so that the job's directory is all that gc and
+ * the job's kill have to look at. A cpuset gets the parent's cpus and the job's mems. */
+static int
+extend_job(struct xmp_cgroup *job, unsigned missing, struct xmp_error *err)
+{
+    struct xmp_cg_values vals = {0};
+    struct xmp_limits none;
+
+    xmp_limits_init(&none);
+    if (v1_values(job, &none, missing, &vals, err) < 0 ||
+        xmp_cg_lc_create(job, missing, &vals, err) < 0) {
+        for (size_t i = 0; i < job->layout->n; i++)
+            if (missing & (1u << i))
+                rmdir(job->dir[i]);
+        return -1;
+    }
+    job->own |= missing;
+    return 0;
+}
+
+static void
+remove_created(struct xmp_cgroup *cg, unsigned mask)
+{
+    for (size_t i = 0; i < cg->layout->n; i++)
+        if (mask & (1u << i))
+            rmdir(cg->dir[i]);
 }
 
 static int
 v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_error *err)
 {
-    const struct xmp_cg_layout *lay = cg->layout;
-    size_t i;
+    struct xmp_cg_layout *lay = cg->layout;
+    struct xmp_cg_values vals = {0};
+    unsigned mask = 0;
+    int u = lay->unified, m;
 
-    for (i = 0; i < lay->n; i++) {
-        const struct xmp_cg_hier *h = &lay->h[i];
-        if (h->v2) {
-            /* libcgroup 2.0.2 knows a cgroup2 mount only through the controllers enabled at
-             * its root; in hybrid mode the tracking tree has none of them, so it cannot create
-             * there: plain mkdir. */
-            if (mkdir(cg->dir[i], 0755) < 0) {
-                xmp_error_set(err, errno, "mkdir `%s`", cg->dir[i]);
-                goto fail;
-            }
-            continue;
-        }
-        char name[XMP_CG_PATH];
-        struct cgroup *lc = NULL;
-        int ret;
-        xmp_cg_lc_name(h, cg->rel, name, sizeof(name));
-        lc = cgroup_new_cgroup(name);
-        if (lc == NULL) {
-            xmp_error_set(err, ENOMEM, "cgroup_new_cgroup");
-            goto fail;
-        }
-        /* Names are relative to each hierarchy's root, and xmprun's own cgroup differs per
-         * hierarchy, so one libcgroup cgroup per hierarchy. */
-        ret =
-            cgroup_add_controller(lc, h->lc_ctrl) == NULL ? ECGINVAL : cgroup_create_cgroup(lc, 1);
-        cgroup_free(&lc);
-        if (ret != 0) {
-            xmp_cg_lcerror(err, ret, "create cgroup", cg->dir[i]);
-            goto fail;
-        }
-        if ((h->ctrls & XMP_CG_MEMORY) && cg->parent == NULL) {
-            /* Children count against the job's limit only with use_hierarchy, which must be
-             * set before the first child exists (recent kernels fix it to 1). */
-            char uh[8];
-            if (xmp_cg_read(cg->dir[i], "memory.use_hierarchy", uh, sizeof(uh), NULL) == 0 &&
-                uh[0] == '0' && xmp_cg_lc_set(h, cg->rel, "memory.use_hierarchy", "1", err) < 0)
-                goto fail;
-        }
+    /* libcgroup 2.0.2 knows a cgroup2 mount only through the controllers enabled at its root;
+     * in hybrid mode the tracking tree has none of them, so it cannot create there: plain
+     * mkdir, first, so that the job can learn from it what the kernel offers. */
+    if (u >= 0) {
+        if (mkdir(cg->dir[u], 0755) < 0)
+            return xmp_error_set(err, errno, "mkdir `%s`", cg->dir[u]);
+        mask = 1u << u;
     }
-    if (set_limits(cg, limits, err) < 0)
+    if (cg->parent == NULL && learn_caps(cg, err) < 0)
         goto fail;
-    if (lay->unified >= 0) {
-        cg->dirfd = open(cg->dir[lay->unified], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    mask = v1_mask(cg, limits);
+    if (cg->parent != NULL && (mask & ~cg->parent->own) != 0 &&
+        extend_job(cg->parent, mask & ~cg->parent->own, err) < 0)
+        goto fail;
+    if (v1_values(cg, limits, mask, &vals, err) < 0)
+        goto fail;
+    if (xmp_cg_lc_create(cg, mask & ~(u >= 0 ? 1u << u : 0u), &vals, err) < 0)
+        goto fail;
+    m = hier_of(lay, XMP_CG_MEMORY);
+    if (m >= 0 && cg->parent == NULL) {
+        /* Children count against the job's limit only with use_hierarchy, which must be set
+         * before the first child exists (recent kernels fix it to 1). */
+        char uh[8];
+        if (xmp_cg_read(cg->dir[m], "memory.use_hierarchy", uh, sizeof(uh), NULL) == 0 &&
+            uh[0] == '0' &&
+            xmp_cg_lc_set(&lay->h[m], cg->rel, "memory.use_hierarchy", "1", err) < 0)
+            goto fail;
+    }
+    cg->own = mask;
+    if (u >= 0) {
+        cg->dirfd = open(cg->dir[u], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (cg->dirfd < 0) {
-            xmp_error_set(err, errno, "open `%s`", cg->dir[lay->unified]);
+            xmp_error_set(err, errno, "open `%s`", cg->dir[u]);
             goto fail;
         }
     }
     return 0;
 fail:
-    /* None of the directories existed before (checked by the caller), so removing up to and
-     * including the one that failed is safe. */
-    remove_created(cg, i < lay->n ? i + 1 : lay->n);
+    /* None of the directories existed before (the job's were checked, a child's are new in a
+     * new job directory), so removing every one it may have made is safe. */
+    remove_created(cg, mask | (u >= 0 ? 1u << u : 0u));
     return -1;
 }
 
@@ -200,17 +276,19 @@ v1_kill(struct xmp_cgroup *cg, struct xmp_error *err)
 {
     const struct xmp_cg_layout *lay = cg->layout;
     int f = hier_of(lay, XMP_CG_FREEZER);
-    int ret = 0;
+    bool frozen = false;
 
-    /* Hybrid: the cgroup2 tracking tree has cgroup.kill (5.14+), which reaches every task even
-     * while it forks. The v1 sweep below still runs, for tasks attached only to v1. */
-    if (lay->unified >= 0 && xmp_cg2_kill(cg->dir[lay->unified], err) < 0)
-        ret = -1;
-    if (f >= 0 && access(cg->dir[f], F_OK) == 0) {
+    /* Hybrid: every process of the worker is in its cgroup2 directory too (attach joins it
+     * first), and cgroup.kill (5.14+, or freeze and kill before it) reaches every task there
+     * even while it forks. */
+    if (tracked(lay))
+        return xmp_cg2_kill(cg->dir[lay->unified], err);
+    if (f >= 0 && (cg->own & (1u << f)) && access(cg->dir[f], F_OK) == 0) {
         /* Freeze first, so that no task forks between reading cgroup.procs and the kills. */
         char state[32] = "";
         if (xmp_cg_write(cg->dir[f], "freezer.state", "FROZEN", err) < 0)
             return -1;
+        frozen = true;
         for (int k = 0; k < 200; k++) {
             if (xmp_cg_read(cg->dir[f], "freezer.state", state, sizeof(state), NULL) == 0 &&
                 strncmp(state, "FROZEN", 6) == 0)
@@ -219,12 +297,11 @@ v1_kill(struct xmp_cgroup *cg, struct xmp_error *err)
         }
     }
     for (size_t i = 0; i < lay->n; i++)
-        if (!lay->h[i].v2)
+        if (cg->own & (1u << i))
             xmp_cg_kill_procs_tree(cg->dir[i]);
-    if (f >= 0 && access(cg->dir[f], F_OK) == 0 &&
-        xmp_cg_write(cg->dir[f], "freezer.state", "THAWED", err) < 0)
+    if (frozen && xmp_cg_write(cg->dir[f], "freezer.state", "THAWED", err) < 0)
         return -1;
-    return ret;
+    return 0;
 }
 
 static int
@@ -234,7 +311,7 @@ v1_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct x
     char buf[1024];
     int i;
 
-    if ((i = hier_of(lay, XMP_CG_MEMORY)) >= 0) {
+    if ((i = hier_of(lay, XMP_CG_MEMORY)) >= 0 && (cg->own & (1u << i))) {
         const struct xmp_cg_hier *h = &lay->h[i];
         if (xmp_cg_lc_read(h, cg->rel, "memory.max_usage_in_bytes", buf, sizeof(buf), err) < 0)
             return -1;
@@ -243,9 +320,16 @@ v1_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct x
             return -1;
         st->oom_kills = xmp_cg_keyed(buf, "oom_kill");
     }
-    if ((i = hier_of(lay, XMP_CG_CPUACCT)) >= 0) {
+    if (lay->unified >= 0 && lay->caps.v2_cpu_stat) {
+        /* The tracking tree's cpu.stat (core cgroup2 accounting, no controller needed; so
+         * libcgroup, which sees no controller there, cannot read it). */
+        if (xmp_cg_read(cg->dir[lay->unified], "cpu.stat", buf, sizeof(buf), err) < 0)
+            return -1;
+        st->user_usec = xmp_cg_keyed(buf, "user_usec");
+        st->system_usec = xmp_cg_keyed(buf, "system_usec");
+    } else if ((i = hier_of(lay, XMP_CG_CPUACCT)) >= 0 && (cg->own & (1u << i))) {
         const struct xmp_cg_hier *h = &lay->h[i];
-        if (xmp_cg_exists(cg->dir[i], "cpuacct.usage_user")) {
+        if (lay->caps.cpuacct_usage) {
             if (xmp_cg_lc_read(h, cg->rel, "cpuacct.usage_user", buf, sizeof(buf), err) < 0)
                 return -1;
             st->user_usec = strtoll(buf, NULL, 10) / 1000;

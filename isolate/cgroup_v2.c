@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libcgroup.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,19 +100,79 @@ xmp_cg2_kill(const char *dir, struct xmp_error *err)
     return xmp_cg2_freeze_kill(dir, err);
 }
 
+/* From cgroup.events text: 1 populated, 0 not, -1 when it does not say. */
+static int
+populated_of(const char *events)
+{
+    int64_t populated = xmp_cg_keyed(events, "populated");
+
+    return populated < 0 ? -1 : populated != 0;
+}
+
 bool
 xmp_cg2_is_empty(const char *dir)
 {
     char events[256];
+    struct xmp_error e = {0};
+    int populated;
 
-    if (access(dir, F_OK) < 0)
-        return true;
-    if (xmp_cg_read(dir, "cgroup.events", events, sizeof(events), NULL) == 0) {
-        int64_t populated = xmp_cg_keyed(events, "populated");
-        if (populated >= 0)
-            return populated == 0;
+    if (xmp_cg_read(dir, "cgroup.events", events, sizeof(events), &e) < 0)
+        return e.errnum == ENOENT && access(dir, F_OK) < 0 ? true : xmp_cg_procs_empty_tree(dir);
+    populated = populated_of(events);
+    return populated >= 0 ? populated == 0 : xmp_cg_procs_empty_tree(dir);
+}
+
+static int64_t
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int
+xmp_cg2_kill_and_wait(struct xmp_cgroup *cg, long timeout_ms, struct xmp_error *err)
+{
+    const char *dir = cg->dir[cg->layout->unified];
+    char path[XMP_CG_PATH + 32];
+    cleanup_close int fd = -1;
+    int64_t start = now_ms(), next_kill = start;
+
+    snprintf(path, sizeof(path), "%s/cgroup.events", dir);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : xmp_error_set(err, errno, "open `%s`", path);
+    for (;;) {
+        int64_t now = now_ms();
+        struct pollfd pfd = {.fd = fd, .events = POLLPRI};
+        char events[256];
+        int populated;
+        ssize_t n;
+
+        if (now >= next_kill) {
+            if (cg->ops->kill(cg, err) < 0)
+                return -1;
+            next_kill = now + 100;
+        }
+        /* Reading re-arms the notification, so a change after this read wakes the poll. A
+         * cgroup removed under the open file reads ENODEV: nothing is left in it. */
+        n = pread(fd, events, sizeof(events) - 1, 0);
+        if (n < 0 && errno != ENODEV && errno != ENOENT)
+            return xmp_error_set(err, errno, "read `%s`", path);
+        events[n < 0 ? 0 : n] = '\0';
+        populated = n < 0 ? 0 : populated_of(events);
+        if (populated < 0)
+            populated = !xmp_cg_procs_empty_tree(dir);
+        if (populated == 0)
+            return 0;
+        if (now - start >= timeout_ms)
+            return xmp_error_set(err, EBUSY, "cgroup `%s` still has processes after %ld ms",
+                                 cg->path, timeout_ms);
+        int64_t until = next_kill < start + timeout_ms ? next_kill : start + timeout_ms;
+        if (poll(&pfd, 1, (int)(until > now ? until - now : 0)) < 0 && errno != EINTR)
+            return xmp_error_set(err, errno, "poll `%s`", path);
     }
-    return xmp_cg_procs_empty_tree(dir);
 }
 
 /* Moves xmprun into a leaf below its own cgroup, named "xmprun-self-<pid>" so that `xmprun gc`
@@ -189,90 +250,103 @@ enable_controllers(const char *dir, bool allow_move, unsigned *enabled, struct x
     return 0;
 }
 
+/* The values of cg's directory, in the order set_limits used to write them. A worker's cpuset
+ * gets the job's cpuset.mems.effective, read once per job. */
 static int
-set_limits(const struct xmp_cgroup *cg, const struct xmp_limits *l, struct xmp_error *err)
+v2_values(struct xmp_cgroup *cg, const struct xmp_limits *l, struct xmp_cg_values *vals,
+          struct xmp_error *err)
 {
-    const struct xmp_cg_hier *h = &cg->layout->h[cg->layout->unified];
-    const char *dir = cg->dir[cg->layout->unified];
+    struct xmp_cg_layout *lay = cg->layout;
+    const struct xmp_cg_hier *h = &lay->h[lay->unified];
+    const char *dir = cg->dir[lay->unified];
+    int u = lay->unified;
     char v[64];
 
-    if (l->memory >= 0) {
-        snprintf(v, sizeof(v), "%" PRId64, l->memory);
-        if (xmp_cg_lc_set(h, cg->rel, "memory.max", v, err) < 0)
-            return -1;
-    }
-    if (l->memory_high >= 0) {
-        snprintf(v, sizeof(v), "%" PRId64, l->memory_high);
-        if (xmp_cg_lc_set(h, cg->rel, "memory.high", v, err) < 0)
-            return -1;
-    }
-    /* Without swap accounting (or swap) there is no memory.swap.max, and nothing to limit. */
-    if (l->swap >= 0 && xmp_cg_exists(dir, "memory.swap.max")) {
-        snprintf(v, sizeof(v), "%" PRId64, l->swap);
-        if (xmp_cg_lc_set(h, cg->rel, "memory.swap.max", v, err) < 0)
-            return -1;
-    }
+    if (l->memory >= 0 && xmp_cg_values_add_int(vals, u, "memory.max", l->memory, err) < 0)
+        return -1;
+    if (l->memory_high >= 0 &&
+        xmp_cg_values_add_int(vals, u, "memory.high", l->memory_high, err) < 0)
+        return -1;
+    /* Without swap accounting (or swap) there is no memory.swap.max, and nothing to limit. A
+     * job does not know yet (see v2_create). */
+    if (l->swap >= 0 && cg->parent != NULL && lay->caps.swap_max &&
+        xmp_cg_values_add_int(vals, u, "memory.swap.max", l->swap, err) < 0)
+        return -1;
     if (l->cpus_milli >= 0) {
         xmp_cgroup_format_cpu_max(l->cpus_milli, v, sizeof(v));
-        if (xmp_cg_lc_set(h, cg->rel, "cpu.max", v, err) < 0)
+        if (xmp_cg_values_add(vals, u, "cpu.max", v, err) < 0)
             return -1;
     }
     if (l->has_cpus) {
-        char cpus[1024], mems[256], pdir[XMP_CG_PATH];
+        char cpus[1024], pdir[XMP_CG_PATH];
         if (!(h->ctrls & XMP_CG_CPUSET))
             return xmp_error_set(err, ENODEV,
                                  "a cpuset is asked for but the cpuset controller is not "
                                  "delegated to `%s`; set resources.worker.cpuset: none",
                                  dir);
-        parent_dir(dir, pdir, sizeof(pdir));
         if (xmp_cgroup_format_cpuset(&l->cpus, cpus, sizeof(cpus)) < 0)
             return xmp_error_set(err, ENAMETOOLONG, "cpuset too long");
-        if (xmp_cg_read(pdir, "cpuset.mems.effective", mems, sizeof(mems), err) < 0)
+        if (cg->parent == NULL || !lay->caps.mems_known) {
+            char mems[sizeof(lay->caps.mems)];
+            parent_dir(dir, pdir, sizeof(pdir));
+            if (xmp_cg_read(pdir, "cpuset.mems.effective", mems, sizeof(mems), err) < 0)
+                return -1;
+            mems[strcspn(mems, "\n")] = '\0';
+            if (cg->parent != NULL) {
+                memcpy(lay->caps.mems, mems, sizeof(mems));
+                lay->caps.mems_known = true;
+            }
+            if (xmp_cg_values_add(vals, u, "cpuset.cpus", cpus, err) < 0 ||
+                (mems[0] != '\0' && xmp_cg_values_add(vals, u, "cpuset.mems", mems, err) < 0))
+                return -1;
+        } else if (xmp_cg_values_add(vals, u, "cpuset.cpus", cpus, err) < 0 ||
+                   (lay->caps.mems[0] != '\0' &&
+                    xmp_cg_values_add(vals, u, "cpuset.mems", lay->caps.mems, err) < 0)) {
             return -1;
-        mems[strcspn(mems, "\n")] = '\0';
-        if (xmp_cg_lc_set(h, cg->rel, "cpuset.cpus", cpus, err) < 0 ||
-            (mems[0] != '\0' && xmp_cg_lc_set(h, cg->rel, "cpuset.mems", mems, err) < 0))
-            return -1;
+        }
     }
-    if (l->pids >= 0) {
-        snprintf(v, sizeof(v), "%" PRId64, l->pids);
-        if (xmp_cg_lc_set(h, cg->rel, "pids.max", v, err) < 0)
-            return -1;
-    }
+    if (l->pids >= 0 && xmp_cg_values_add_int(vals, u, "pids.max", l->pids, err) < 0)
+        return -1;
     return 0;
 }
 
 static int
 v2_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_error *err)
 {
-    struct xmp_cg_hier *h = &cg->layout->h[cg->layout->unified];
-    const char *dir = cg->dir[cg->layout->unified];
-    char name[XMP_CG_PATH], pdir[XMP_CG_PATH];
-    struct cgroup *lc = NULL;
-    int ret;
+    struct xmp_cg_layout *lay = cg->layout;
+    struct xmp_cg_hier *h = &lay->h[lay->unified];
+    const char *dir = cg->dir[lay->unified];
+    struct xmp_cg_values vals = {0};
+    char pdir[XMP_CG_PATH];
 
     if (cg->parent == NULL) {
         parent_dir(dir, pdir, sizeof(pdir));
         if (enable_controllers(pdir, true, &h->ctrls, err) < 0)
             return -1;
     }
-    xmp_cg_lc_name(h, cg->rel, name, sizeof(name));
-    lc = cgroup_new_cgroup(name);
-    if (lc == NULL)
-        return xmp_error_set(err, ENOMEM, "cgroup_new_cgroup");
-    ret = cgroup_add_controller(lc, h->lc_ctrl) == NULL ? ECGINVAL : cgroup_create_cgroup(lc, 1);
-    cgroup_free(&lc);
-    if (ret != 0) {
-        xmp_cg_lcerror(err, ret, "create cgroup", dir);
+    if (v2_values(cg, limits, &vals, err) < 0)
+        return -1;
+    cg->own = 1u << lay->unified;
+    if (xmp_cg_lc_create(cg, cg->own, &vals, err) < 0)
         goto fail;
-    }
     if (cg->parent == NULL) {
         unsigned enabled = 0;
         if (enable_controllers(dir, false, &enabled, err) < 0)
             goto fail;
+        /* Once per job, what the kernel offers (see struct xmp_cg_caps). */
+        lay->caps.v2_kill = xmp_cg_exists(dir, "cgroup.kill");
+        lay->caps.v2_freeze = xmp_cg_exists(dir, "cgroup.freeze");
+        lay->caps.v2_cpu_stat = true;
+        lay->caps.tracking = true;
+        lay->caps.swap_max = xmp_cg_exists(dir, "memory.swap.max");
+        lay->caps.peak = xmp_cg_exists(dir, "memory.peak");
+        if (limits->swap >= 0 && lay->caps.swap_max) {
+            char v[32];
+            snprintf(v, sizeof(v), "%" PRId64, limits->swap);
+            if (xmp_cg_lc_set(h, cg->rel, "memory.swap.max", v, err) < 0)
+                goto fail;
+        }
     }
-    if (set_limits(cg, limits, err) < 0)
-        goto fail;
     cg->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (cg->dirfd < 0) {
         xmp_error_set(err, errno, "open `%s`", dir);
@@ -294,11 +368,10 @@ static int
 v2_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct xmp_error *err)
 {
     const struct xmp_cg_hier *h = &cg->layout->h[cg->layout->unified];
-    const char *dir = cg->dir[cg->layout->unified];
     char buf[1024];
 
     /* memory.peak exists from Linux 5.19; before it the report says "unknown" (-1). */
-    if (xmp_cg_exists(dir, "memory.peak")) {
+    if (cg->layout->caps.peak) {
         if (xmp_cg_lc_read(h, cg->rel, "memory.peak", buf, sizeof(buf), err) < 0)
             return -1;
         st->memory_peak = strtoll(buf, NULL, 10);

@@ -193,6 +193,20 @@ close_stream(struct xmp_supervisor *sv, struct xmp_stream *s)
     xmp_stream_close(s);
 }
 
+/* Takes in the worker's exec status once the child has exec'd or said why it could not. At exit
+ * it is read to the end first, so that a worker that could not start is reported as such. */
+static void
+read_exec_status(struct xmp_supervisor *sv, struct xmp_worker *w, bool block)
+{
+    (void)sv; /* closing the status fd has taken it out of the epoll set */
+    if (w->spawned.status_fd < 0 || xmp_spawn_read_status(&w->spawned, block) != 0)
+        return;
+    if (w->spawned.exec_failed) {
+        w->start_failed = true;
+        snprintf(w->rep->start_error, sizeof(w->rep->start_error), "%s", w->spawned.child_err.msg);
+    }
+}
+
 static void
 finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *si)
 {
@@ -203,6 +217,7 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
 
     xmp_now_real(&rep->ended_at);
     rep->ended_mono_ns = xmp_now_ns();
+    read_exec_status(sv, w, true);
     if (si->si_code == CLD_EXITED) {
         rep->exit_code = si->si_status;
     } else {
@@ -457,7 +472,10 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
         unlink(pw->error_file);
     getrusage(RUSAGE_CHILDREN, &w->ru_base);
     w->oom_base = 0;
-    if (w->cg != NULL && xmp_cgroup_read_stats(w->cg, &st, &err) == 0 && st.oom_kills > 0)
+    /* The cgroup is new on the first run; a restart reuses it, so its OOM count so far is not
+     * this run's. */
+    if (sv->restart > 0 && w->cg != NULL && xmp_cgroup_read_stats(w->cg, &st, &err) == 0 &&
+        st.oom_kills > 0)
         w->oom_base = st.oom_kills;
     xmp_error_clear(&err);
 
@@ -481,13 +499,12 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
     close(pe[1]);
     w->pid = rep->pid = sp.pid;
     w->pidfd = sp.pidfd;
+    w->spawned = sp;
     w->running = true;
-    w->start_failed = sp.exec_failed;
     sv->n_running++;
     if (w->pidfd >= 0)
         ep_add(sv, w->pidfd, XMP_EV_PIDFD, index);
-    if (sp.exec_failed)
-        snprintf(rep->start_error, sizeof(rep->start_error), "%s", sp.child_err.msg);
+    ep_add(sv, sp.status_fd, XMP_EV_EXEC, index);
     return;
 
 fail:
@@ -591,6 +608,9 @@ dispatch(struct xmp_supervisor *sv, const struct epoll_event *ev)
         return;
     case XMP_EV_CONSOLE:
         return; /* written in service_consoles after the batch */
+    case XMP_EV_EXEC:
+        read_exec_status(sv, &sv->workers[index], false);
+        return;
     }
 }
 
@@ -615,6 +635,7 @@ prepare_run(struct xmp_supervisor *sv)
         w->rep = rep;
         w->pid = 0;
         w->pidfd = -1;
+        w->spawned = (struct xmp_spawned){.pidfd = -1, .status_fd = -1};
         w->running = w->start_failed = w->stop_sent = false;
         w->out = (struct xmp_stream){.fd = -1, .log_fd = -1};
         w->err = (struct xmp_stream){.fd = -1, .log_fd = -1};

@@ -8,6 +8,7 @@
 #include "runner/output.h"
 #include "runner/plan.h"
 #include "runner/report.h"
+#include "runner/spawn.h"
 #include "runner/supervise.h"
 
 #include <signal.h>
@@ -23,6 +24,7 @@ enum xmp_ev_kind {
     XMP_EV_STDOUT,
     XMP_EV_STDERR,
     XMP_EV_CONSOLE, /* index 0: xmprun's stdout, 1: its stderr, writable again */
+    XMP_EV_EXEC,    /* a worker's exec-status pipe */
 };
 
 enum xmp_stop_reason { XMP_STOP_NONE = 0, XMP_STOP_FAILURE, XMP_STOP_TIMEOUT, XMP_STOP_INTERRUPT };
@@ -36,10 +38,11 @@ struct xmp_worker {
     bool has_cpus;
     pid_t pid;
     int pidfd;
-    bool running;      /* a process to reap */
-    bool start_failed; /* the child reported why it could not exec */
-    bool stop_sent;    /* xmprun asked it to stop */
-    int64_t oom_base;  /* oom_kills of the cgroup before this run */
+    struct xmp_spawned spawned; /* its exec status arrives through spawned.status_fd */
+    bool running;               /* a process to reap */
+    bool start_failed;          /* the child reported why it could not exec */
+    bool stop_sent;             /* xmprun asked it to stop */
+    int64_t oom_base;           /* oom_kills of the cgroup before this run */
     struct rusage ru_base;
     struct xmp_stream out;
     struct xmp_stream err;

@@ -158,11 +158,10 @@ xmp_spawn(const struct xmp_spawn_args *a, struct xmp_spawned *out, struct xmp_er
     int cgfd = a->cg != NULL ? xmp_cgroup_dirfd(a->cg) : -1;
     pid_t parent = getpid(), pid;
     bool attach = a->cg != NULL, into_unified = false;
-    ssize_t n;
-    size_t got = 0;
 
     memset(out, 0, sizeof(*out));
     out->pidfd = -1;
+    out->status_fd = -1;
     if (pipe2(pipefd, O_CLOEXEC) < 0)
         return xmp_error_set(err, errno, "pipe2");
     rfd = pipefd[0];
@@ -204,28 +203,46 @@ xmp_spawn(const struct xmp_spawn_args *a, struct xmp_spawned *out, struct xmp_er
      * child's exec is harmless. */
     setpgid(pid, pid);
 
-    /* Read until EOF: after a failure that is the child's _exit, so it cannot be caught
-     * between its report and its exit by a signal xmprun sends next. */
+    out->pid = pid;
+    out->pidfd = pidfd;
+    out->status_fd = steal_fd(&rfd);
+    fcntl(out->status_fd, F_SETFL, O_NONBLOCK);
+    return 0;
+}
+
+int
+xmp_spawn_read_status(struct xmp_spawned *sp, bool block)
+{
+    char sink[64];
+    ssize_t n;
+
+    if (sp->status_fd < 0)
+        return 0;
+    if (block)
+        fcntl(sp->status_fd, F_SETFL, 0);
+    /* Read until EOF: after a failure that is the child's _exit, so it cannot be caught between
+     * its report and its exit by a signal xmprun sends next. */
     for (;;) {
-        char *dst = (char *)&out->child_err + got;
-        char sink[64];
-        size_t room = sizeof(out->child_err) - got;
-        n = read(rfd, room > 0 ? dst : sink, room > 0 ? room : sizeof(sink));
+        size_t room = sizeof(sp->child_err) - sp->status_got;
+        char *dst = (char *)&sp->child_err + sp->status_got;
+        n = read(sp->status_fd, room > 0 ? dst : sink, room > 0 ? room : sizeof(sink));
         if (n < 0 && errno == EINTR)
             continue;
+        if (n < 0 && errno == EAGAIN)
+            return 1;
         if (n <= 0)
             break;
         if (room > 0)
-            got += (size_t)n;
+            sp->status_got += (size_t)n;
     }
-    out->pid = pid;
-    out->pidfd = pidfd;
-    if (got == sizeof(out->child_err)) {
-        out->exec_failed = true;
-        out->child_err.msg[sizeof(out->child_err.msg) - 1] = '\0';
-    } else if (got > 0) {
-        out->exec_failed = true;
-        xmp_error_set(&out->child_err, 0, "the worker failed before exec");
+    close(sp->status_fd);
+    sp->status_fd = -1;
+    if (sp->status_got == sizeof(sp->child_err)) {
+        sp->exec_failed = true;
+        sp->child_err.msg[sizeof(sp->child_err.msg) - 1] = '\0';
+    } else if (sp->status_got > 0) {
+        sp->exec_failed = true;
+        xmp_error_set(&sp->child_err, 0, "the worker failed before exec");
     }
     return 0;
 }

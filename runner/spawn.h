@@ -30,6 +30,8 @@ struct xmp_spawn_args {
 struct xmp_spawned {
     pid_t pid;
     int pidfd;                  /* owned by the caller; -1 if none could be had */
+    int status_fd;              /* read end of the exec-status pipe (non-blocking); -1 once read */
+    size_t status_got;          /* bytes of child_err read so far */
     bool exec_failed;           /* the child reported child_err and exits 127/126/125 */
     struct xmp_error child_err; /* "exec `nosuch`: No such file or directory" */
 };
@@ -39,8 +41,16 @@ struct xmp_spawned {
  * child's execve then reports why). */
 char *xmp_spawn_resolve(const char *argv0, char *const *envp);
 
-/* Starts the worker. Returns 0 once the child has exec'd or reported why it could not (both
- * leave a child to reap through out->pidfd or out->pid), -1 when no child could be created. */
+/* Starts the worker and returns at once, without waiting for its exec: 0 when a child exists
+ * (to reap through out->pidfd or out->pid), -1 when none could be created. Whether the exec
+ * worked arrives later on out->status_fd: the child's struct xmp_error on failure, EOF alone on
+ * success. Not waiting lets the next worker start while this one is still exec'ing. */
 int xmp_spawn(const struct xmp_spawn_args *args, struct xmp_spawned *out, struct xmp_error *err);
+
+/* Reads the exec status from sp->status_fd. Returns 0 when it is complete (exec_failed and
+ * child_err are final, status_fd is closed), 1 while the child has not exec'd or failed yet
+ * (only when block is false). A caller that has seen the child exit may block: its end of the
+ * pipe is closed by then, so the read ends at once. */
+int xmp_spawn_read_status(struct xmp_spawned *sp, bool block);
 
 #endif

@@ -268,6 +268,58 @@ exists_in(const char *ctrl, const char *rel)
     return access(path, F_OK) == 0;
 }
 
+/* True when a controller of hierarchy H[i] (or of one comounted with it) is in list. */
+static inline bool
+mounted_with(size_t i, const char *const *list)
+{
+    for (size_t j = 0; j < NH; j++) {
+        if (strcmp(H[j].mnt, H[i].mnt) != 0)
+            continue;
+        for (const char *const *c = list; *c != NULL; c++)
+            if (strcmp(H[j].ctrl, *c) == 0)
+                return true;
+    }
+    return false;
+}
+
+/* The cgroup (relative to the hierarchy root, as /proc/<pid>/cgroup shows it) in which a worker
+ * `worker` of job `job`, created without limits, must be in hierarchy H[i]: its own directory
+ * where it needs one (memory and the cgroup2 tree always; in legacy mode also cpuacct, for CPU
+ * times, and freezer, for the kill), the job's elsewhere, and in hybrid mode, where the cgroup2
+ * tree kills (cgroup.kill or cgroup.freeze), the freezer hierarchy is not used at all. */
+/* True when a job made by make_job (a memory limit at most), with workers without limits, has
+ * a directory in hierarchy H[i]: the cgroup2 tree and memory always; cpuacct (CPU times) and
+ * freezer (the kill) in legacy mode, and cpuacct in hybrid mode only if the cgroup2 tree has
+ * no cpu.stat. cpu, cpuset and pids only when a limit needs them. */
+static inline bool
+job_uses(size_t i, const char *job)
+{
+    static const char *const legacy[] = {"memory", "", "cpuacct", "freezer", NULL};
+    static const char *const hybrid[] = {"memory", "", NULL};
+    static const char *const hybrid_old[] = {"memory", "", "cpuacct", NULL};
+    char stat[2048];
+
+    if (MODE != XMP_CGROUP_MODE_HYBRID)
+        return mounted_with(i, MODE == XMP_CGROUP_MODE_LEGACY ? legacy : hybrid);
+    snprintf(stat, sizeof(stat), "%s/%s/cpu.stat", hier("")->dir, job);
+    return mounted_with(i, access(stat, F_OK) == 0 ? hybrid : hybrid_old);
+}
+
+/* The cgroup (relative to the hierarchy root, as /proc/<pid>/cgroup shows it) in which worker
+ * `worker` of job `job`, both made without limits other than the job's memory, must be in
+ * hierarchy H[i]: its own directory in the hierarchies the job uses (job_uses), and elsewhere
+ * the one xmprun runs in (such a hierarchy is left alone: no cgroup.procs write at launch). */
+static inline void
+want_cgroup(size_t i, const char *job, const char *worker, char *want, size_t size)
+{
+    const char *own = H[i].own, *sep = strcmp(own, "/") ? "/" : "";
+
+    if (job_uses(i, job))
+        snprintf(want, size, "%s%s%s/%s", own, sep, job, worker);
+    else
+        snprintf(want, size, "%s", own);
+}
+
 static inline struct xmp_cgroup *
 make_job(const char *what, int64_t memory, char *name, size_t size)
 {

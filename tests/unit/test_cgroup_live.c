@@ -59,9 +59,16 @@ LIVE_TEST(create_limits_destroy)
         expect("cpu", r1, "cpu.cfs_quota_us", "150000");
         expect("cpuset", r0, "cpuset.cpus", "0");
         char *pm = read_cg("cpuset", ".", "cpuset.mems");
+        expect("cpuset", name, "cpuset.mems", pm);
         expect("cpuset", r0, "cpuset.mems", pm);
-        expect("cpuset", r1, "cpuset.mems", pm);
         free(pm);
+        /* worker-1 asks for no cpuset: it has no cpuset directory, its tasks join the job's,
+         * which worker-0's cpuset made. */
+        cr_expect(!exists_in("cpuset", r1), "%s has a cpuset directory", r1);
+        cr_expect(exists_in("pids", r1) && exists_in("cpu", r1), "%s lacks pids or cpu", r1);
+        char *pc = read_cg("cpuset", ".", "cpuset.cpus");
+        expect("cpuset", name, "cpuset.cpus", pc);
+        free(pc);
         expect("pids", r0, "pids.max", "64");
         expect("pids", r1, "pids.max", "128");
         expect("memory", r1, "memory.limit_in_bytes", "268435456");
@@ -76,6 +83,8 @@ LIVE_TEST(create_limits_destroy)
     assert_clean();
 }
 
+/* A worker without limits gets directories of its own only where it needs them, and is left
+ * alone elsewhere (see want_cgroup). */
 LIVE_TEST(attach_shows_in_every_hierarchy)
 {
     struct xmp_cgroup *job, *w0 = NULL;
@@ -94,8 +103,7 @@ LIVE_TEST(attach_shows_in_every_hierarchy)
     for (size_t i = 0; i < NH; i++) {
         char got[1024], want[1200];
         cr_assert_eq(xmp_cgroup_parse_proc(text, H[i].ctrl, got, sizeof(got), NULL, NULL), 0);
-        snprintf(want, sizeof(want), "%s%s%s/worker-0", H[i].own, strcmp(H[i].own, "/") ? "/" : "",
-                 name);
+        want_cgroup(i, name, "worker-0", want, sizeof(want));
         cr_expect_str_eq(got, want, "%s: %s, want %s", H[i].ctrl[0] ? H[i].ctrl : "cgroup2", got,
                          want);
     }
@@ -244,7 +252,8 @@ LIVE_TEST(gc_removes_orphans_only)
     cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "status %#x", status);
     for (size_t i = 0; i < NH; i++) {
         cr_expect(!exists_in(H[i].ctrl, oname), "gc left %s in %s", oname, H[i].dir);
-        cr_expect(exists_in(H[i].ctrl, kname), "gc removed %s in %s", kname, H[i].dir);
+        cr_expect(!job_uses(i, kname) || exists_in(H[i].ctrl, kname), "gc removed %s in %s", kname,
+                  H[i].dir);
     }
     /* The orphan's object is stale now; destroying it must still succeed and free it. */
     cr_expect_eq(xmp_cgroup_destroy(orphan, &err), 0, "destroy stale: %s", err.msg);
@@ -273,7 +282,105 @@ LIVE_TEST(destroy_null_and_bad_names)
     cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", NULL, &c, &err), 0, "%s", err.msg);
     cr_expect_eq(xmp_cgroup_create_child(job, "worker-0", NULL, &again, &err), -1);
     for (size_t i = 0; i < NH; i++)
-        cr_expect(exists_in(H[i].ctrl, name), "%s gone from %s", name, H[i].dir);
+        cr_expect(!job_uses(i, name) || exists_in(H[i].ctrl, name), "%s gone from %s", name,
+                  H[i].dir);
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}
+
+/* The job gets a pids directory only when a worker first needs one; a worker made before that
+ * then joins the job's, one with the limit its own. */
+LIVE_TEST(job_grows_where_a_worker_needs_it)
+{
+    struct xmp_cgroup *job, *w0 = NULL, *w1 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128], r1[160], path[64], got[1024], want[1400];
+    const struct hier *h = hier(MODE == XMP_CGROUP_MODE_UNIFIED ? "" : "pids");
+    pid_t p0, p1;
+
+    cr_assert_not_null(h, "no pids hierarchy");
+    job = make_job("grow", -1, name, sizeof(name));
+    xmp_limits_init(&l);
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
+    if (MODE != XMP_CGROUP_MODE_UNIFIED)
+        cr_expect(!exists_in("pids", name), "a pids directory nothing needs");
+    l.pids = 32;
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-1", &l, &w1, &err), 0, "%s", err.msg);
+    snprintf(r1, sizeof(r1), "%s/worker-1", name);
+    expect(h->ctrl, r1, "pids.max", "32");
+    p0 = spawn_attached(w0, NULL);
+    p1 = spawn_attached(w1, NULL);
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof(path), "/proc/%ld/cgroup", (long)(k ? p1 : p0));
+        char *text = slurp(path);
+        cr_assert_not_null(text);
+        cr_assert_eq(xmp_cgroup_parse_proc(text, h->ctrl, got, sizeof(got), NULL, NULL), 0);
+        free(text);
+        snprintf(want, sizeof(want), "%s%s%s%s", strcmp(h->own, "/") ? h->own : "", "/", name,
+                 k                                 ? "/worker-1"
+                 : MODE == XMP_CGROUP_MODE_UNIFIED ? "/worker-0"
+                                                   : "");
+        cr_expect_str_eq(got, want, "worker-%d in %s, want %s", k, got, want);
+    }
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    waitpid(p0, NULL, 0);
+    waitpid(p1, NULL, 0);
+    assert_clean();
+}
+
+/* A value the kernel refuses fails the batched create; the error must still name the file (the
+ * step-by-step redo), and the worker's directories must be gone while the job's stay. */
+LIVE_TEST(refused_value_names_its_file)
+{
+    struct xmp_cgroup *job, *w0 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128], r0[160];
+
+    job = make_job("refused", -1, name, sizeof(name));
+    xmp_limits_init(&l);
+    l.pids = 16;
+    l.has_cpus = true;
+    CPU_SET(CPU_SETSIZE - 1, &l.cpus); /* no such CPU */
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), -1, "created");
+    cr_expect_null(w0);
+    cr_expect(strstr(err.msg, "cpuset.cpus") != NULL, "message: %s", err.msg);
+    cr_expect(strstr(err.msg, "worker-0") != NULL, "message: %s", err.msg);
+    cr_expect_neq(err.errnum, 0);
+    cr_log_info("refused: %s", err.msg);
+    snprintf(r0, sizeof(r0), "%s/worker-0", name);
+    for (size_t i = 0; i < NH; i++) {
+        cr_expect(!exists_in(H[i].ctrl, r0), "%s left in %s", r0, H[i].dir);
+        cr_expect(!job_uses(i, name) || exists_in(H[i].ctrl, name), "%s gone from %s", name,
+                  H[i].dir);
+    }
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}
+
+/* A worker may make cgroups of its own below its directories (a container runtime inside it):
+ * the one-rmdir removal must fall back to removing them, deepest first. */
+LIVE_TEST(destroy_removes_what_a_worker_made_below)
+{
+    struct xmp_cgroup *job, *w0 = NULL;
+    struct xmp_error err = {0};
+    char name[128], sub[2048];
+    int made = 0;
+
+    job = make_job("below", -1, name, sizeof(name));
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", NULL, &w0, &err), 0, "%s", err.msg);
+    for (size_t i = 0; i < NH; i++) {
+        snprintf(sub, sizeof(sub), "%s/%s/worker-0", H[i].dir, name);
+        if (access(sub, F_OK) < 0)
+            continue;
+        snprintf(sub, sizeof(sub), "%s/%s/worker-0/inner", H[i].dir, name);
+        cr_assert_eq(mkdir(sub, 0755), 0, "mkdir %s: %s", sub, strerror(errno));
+        made++;
+    }
+    cr_expect_geq(made, MODE == XMP_CGROUP_MODE_UNIFIED ? 1 : 2, "worker-0 has %d directories",
+                  made);
+    cr_assert_eq(xmp_cgroup_destroy(w0, &err), 0, "destroy worker: %s", err.msg);
     cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
     assert_clean();
 }

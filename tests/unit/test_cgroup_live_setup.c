@@ -63,6 +63,7 @@ LIVE_TEST(no_permission_says_what_to_do)
 }
 
 static struct xmp_cgroup *CLONE_CG;
+static char CLONE_JOB[128];
 
 static const char *
 clone_into(void)
@@ -94,9 +95,11 @@ clone_into(void)
     if (text == NULL)
         return "cannot read the clone's /proc/pid/cgroup";
     for (size_t i = 0; i < NH; i++) {
+        char want[1200];
+        want_cgroup(i, CLONE_JOB, "worker-0", want, sizeof(want));
         if (xmp_cgroup_parse_proc(text, H[i].ctrl, got, sizeof(got), NULL, NULL) < 0 ||
-            strstr(got, "/worker-0") == NULL) {
-            fail("clone not in worker-0 in %s: %s", H[i].ctrl[0] ? H[i].ctrl : "cgroup2", text);
+            strcmp(got, want) != 0) {
+            fail("clone not in %s in %s: %s", want, H[i].ctrl[0] ? H[i].ctrl : "cgroup2", text);
             free(text);
             return child_msg;
         }
@@ -117,6 +120,7 @@ LIVE_TEST(clone3_into_cgroup)
     if (MODE == XMP_CGROUP_MODE_LEGACY)
         cr_skip_test("no cgroup2 tree in legacy mode");
     job = make_job("clone3", -1, name, sizeof(name));
+    snprintf(CLONE_JOB, sizeof(CLONE_JOB), "%s", name);
     xmp_limits_init(&l);
     cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
     cr_assert_geq(xmp_cgroup_dirfd(w0), 0);
