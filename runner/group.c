@@ -201,7 +201,9 @@ read_exec_status(struct xmp_supervisor *sv, struct xmp_worker *w, bool block)
     (void)sv; /* closing the status fd has taken it out of the epoll set */
     if (w->spawned.status_fd < 0 || xmp_spawn_read_status(&w->spawned, block) != 0)
         return;
-    if (w->spawned.exec_failed) {
+    /* A worker that could not join its cgroups already has the reason; what the child says
+     * about the closed gate adds nothing. */
+    if (w->spawned.exec_failed && !w->start_failed) {
         w->start_failed = true;
         snprintf(w->rep->start_error, sizeof(w->rep->start_error), "%s", w->spawned.child_err.msg);
     }
@@ -522,6 +524,18 @@ fail:
     rep->ended_mono_ns = xmp_now_ns();
 }
 
+static void
+start_worker(struct xmp_supervisor *sv, struct xmp_worker *w)
+{
+    struct xmp_error err = {0};
+
+    if (!w->running || xmp_spawn_start(&w->spawned, w->cg, sv->mode, &err) == 0)
+        return;
+    /* The child is killed and will be reaped like any other; it never ran the command. */
+    w->start_failed = true;
+    snprintf(w->rep->start_error, sizeof(w->rep->start_error), "%s", err.msg);
+}
+
 /* Kills and reaps every remaining child of xmprun: as a subreaper it inherits the grandchildren
  * whose parents exited, including those that left their process group with setsid(). Waits
  * (bounded) until they are reaped, so that none is left as a zombie for init to collect. */
@@ -635,7 +649,7 @@ prepare_run(struct xmp_supervisor *sv)
         w->rep = rep;
         w->pid = 0;
         w->pidfd = -1;
-        w->spawned = (struct xmp_spawned){.pidfd = -1, .status_fd = -1};
+        w->spawned = (struct xmp_spawned){.pidfd = -1, .status_fd = -1, .gate_fd = -1};
         w->running = w->start_failed = w->stop_sent = false;
         w->out = (struct xmp_stream){.fd = -1, .log_fd = -1};
         w->err = (struct xmp_stream){.fd = -1, .log_fd = -1};
@@ -672,8 +686,12 @@ xmp_group_run(struct xmp_supervisor *sv)
     struct epoll_event evs[64];
 
     prepare_run(sv);
+    /* Create every worker first and only then put them into their cgroups and let them exec:
+     * see xmp_spawn for why the forks and the cgroup joins are kept apart. */
     for (size_t i = 0; i < sv->n_workers; i++)
         spawn_worker(sv, &sv->workers[i], i);
+    for (size_t i = 0; i < sv->n_workers; i++)
+        start_worker(sv, &sv->workers[i]);
     write_state(sv);
     for (size_t i = 0; i < sv->n_workers; i++)
         if (!sv->workers[i].running && xmp_worker_failed(sv->workers[i].rep))

@@ -84,7 +84,7 @@ static void __attribute__((noreturn)) child_fail(int fd, struct xmp_error *err, 
 /* Runs in the child: no allocation (the environment and the path were built by the parent),
  * every failure goes to the pipe. */
 static void __attribute__((noreturn))
-child_main(const struct xmp_spawn_args *a, int errfd, pid_t parent, bool attach, bool into_unified)
+child_main(const struct xmp_spawn_args *a, int errfd, int gatefd, pid_t parent)
 {
     struct xmp_error err = {0};
 
@@ -108,9 +108,19 @@ child_main(const struct xmp_spawn_args *a, int errfd, pid_t parent, bool attach,
         xmp_error_set(&err, 0, "xmprun exited while the worker was starting");
         child_fail(errfd, &err, 125);
     }
-    if (attach && xmp_cgroup_attach(a->cg, 0, into_unified, &err) < 0) {
-        xmp_error_wrap(&err, "join cgroup `%s`", xmp_cgroup_path(a->cg));
-        child_fail(errfd, &err, 125);
+    /* The parent writes one byte once this process is in all its cgroups; EOF means it gave up
+     * on the worker (and is about to kill it). */
+    if (gatefd >= 0) {
+        char go = 0;
+        ssize_t n;
+        do
+            n = read(gatefd, &go, 1);
+        while (n < 0 && errno == EINTR);
+        if (n != 1) {
+            xmp_error_set(&err, 0, "xmprun did not let the worker start");
+            child_fail(errfd, &err, 125);
+        }
+        close(gatefd);
     }
     if (a->workdir != NULL && chdir(a->workdir) < 0) {
         xmp_error_set(&err, errno, "chdir `%s`", a->workdir);
@@ -153,19 +163,28 @@ xmp_spawn(const struct xmp_spawn_args *a, struct xmp_spawned *out, struct xmp_er
 {
     cleanup_close int rfd = -1;
     cleanup_close int wfd = -1;
-    int pipefd[2];
+    cleanup_close int gate_r = -1;
+    cleanup_close int gate_w = -1;
+    int fds[2];
     int pidfd = -1;
     int cgfd = a->cg != NULL ? xmp_cgroup_dirfd(a->cg) : -1;
     pid_t parent = getpid(), pid;
-    bool attach = a->cg != NULL, into_unified = false;
 
     memset(out, 0, sizeof(*out));
     out->pidfd = -1;
     out->status_fd = -1;
-    if (pipe2(pipefd, O_CLOEXEC) < 0)
+    out->gate_fd = -1;
+    if (pipe2(fds, O_CLOEXEC) < 0)
         return xmp_error_set(err, errno, "pipe2");
-    rfd = pipefd[0];
-    wfd = pipefd[1];
+    rfd = fds[0];
+    wfd = fds[1];
+    /* Without a cgroup there is nothing to join before exec, hence no gate. */
+    if (a->cg != NULL) {
+        if (pipe2(fds, O_CLOEXEC) < 0)
+            return xmp_error_set(err, errno, "pipe2");
+        gate_r = fds[0];
+        gate_w = fds[1];
+    }
 
     /* clone3 with a NULL stack behaves like fork (the child runs on a copy of this stack), and
      * gives a pidfd atomically, with or without a cgroup to start in. */
@@ -176,27 +195,26 @@ xmp_spawn(const struct xmp_spawn_args *a, struct xmp_spawned *out, struct xmp_er
         .cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0,
     };
     pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
-    if (pid > 0 || pid == 0) {
-        /* In hybrid mode clone3 placed the child in the cgroup2 tracking tree only; it joins
-         * the v1 controller hierarchies itself. */
-        into_unified = cgfd >= 0;
-        attach = a->cg != NULL && (cgfd < 0 || a->mode != XMP_CGROUP_MODE_UNIFIED);
+    if (pid >= 0) {
+        /* In hybrid mode clone3 placed the child in the cgroup2 tracking tree only; the v1
+         * controller hierarchies are joined in xmp_spawn_start. */
+        out->in_unified = cgfd >= 0;
     } else {
         /* Old kernel (ENOSYS), legacy v1 only, or a cgroup clone3 refuses (EINVAL, EBUSY,
-         * EOPNOTSUPP): fork, and the child attaches itself to every hierarchy. */
+         * EOPNOTSUPP): fork, and every hierarchy is joined in xmp_spawn_start. */
         pidfd = -1;
         pid = fork();
         if (pid < 0)
             return xmp_error_set(err, errno, "fork");
-        attach = a->cg != NULL;
-        into_unified = false;
+        out->in_unified = false;
     }
     if (pid == 0) {
         close(rfd);
-        child_main(a, wfd, parent, attach, into_unified);
+        if (gate_w >= 0)
+            close(gate_w);
+        child_main(a, wfd, gate_r, parent);
     }
 
-    close(steal_fd(&wfd));
     if (pidfd < 0)
         pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     /* Also from here, so the group exists whichever of the two runs first; EACCES after the
@@ -206,7 +224,33 @@ xmp_spawn(const struct xmp_spawn_args *a, struct xmp_spawned *out, struct xmp_er
     out->pid = pid;
     out->pidfd = pidfd;
     out->status_fd = steal_fd(&rfd);
+    out->gate_fd = steal_fd(&gate_w);
     fcntl(out->status_fd, F_SETFL, O_NONBLOCK);
+    return 0;
+}
+
+int
+xmp_spawn_start(struct xmp_spawned *sp, const struct xmp_cgroup *cg, enum xmp_cgroup_mode mode,
+                struct xmp_error *err)
+{
+    cleanup_close int gate = steal_fd(&sp->gate_fd);
+    bool joined = mode == XMP_CGROUP_MODE_UNIFIED && sp->in_unified;
+    ssize_t n;
+
+    if (gate < 0)
+        return 0;
+    if (!joined && xmp_cgroup_attach(cg, sp->pid, sp->in_unified, err) < 0) {
+        /* Closing the gate unwritten tells the child to give up; the SIGKILL makes sure. */
+        kill(sp->pid, SIGKILL);
+        return xmp_error_wrap(err, "join cgroup `%s`", xmp_cgroup_path(cg));
+    }
+    do
+        n = write(gate, "g", 1);
+    while (n < 0 && errno == EINTR);
+    if (n != 1) {
+        kill(sp->pid, SIGKILL);
+        return xmp_error_set(err, errno, "open the start gate");
+    }
     return 0;
 }
 

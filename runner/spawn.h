@@ -31,6 +31,8 @@ struct xmp_spawned {
     pid_t pid;
     int pidfd;                  /* owned by the caller; -1 if none could be had */
     int status_fd;              /* read end of the exec-status pipe (non-blocking); -1 once read */
+    int gate_fd;                /* write end of the start gate; -1 once opened */
+    bool in_unified;            /* clone3 placed it in its cgroup2 directory */
     size_t status_got;          /* bytes of child_err read so far */
     bool exec_failed;           /* the child reported child_err and exits 127/126/125 */
     struct xmp_error child_err; /* "exec `nosuch`: No such file or directory" */
@@ -41,11 +43,23 @@ struct xmp_spawned {
  * child's execve then reports why). */
 char *xmp_spawn_resolve(const char *argv0, char *const *envp);
 
-/* Starts the worker and returns at once, without waiting for its exec: 0 when a child exists
- * (to reap through out->pidfd or out->pid), -1 when none could be created. Whether the exec
- * worked arrives later on out->status_fd: the child's struct xmp_error on failure, EOF alone on
- * success. Not waiting lets the next worker start while this one is still exec'ing. */
+/* Creates the worker process and returns at once: 0 when a child exists (to reap through
+ * out->pidfd or out->pid), -1 when none could be created. The child sets itself up, then waits
+ * at a start gate until xmp_spawn_start() has put it into its cgroups; only then does it exec.
+ * Whether the exec worked arrives later on out->status_fd: the child's struct xmp_error on
+ * failure, EOF alone on success.
+ *
+ * Why a gate: joining a v1 hierarchy (a write to cgroup.procs) takes the kernel's cgroup
+ * threadgroup lock for writing, and every fork waits for that lock. Children that joined their
+ * cgroups themselves stalled the parent's next clone3 by milliseconds each; creating all
+ * workers first and attaching them afterwards keeps the forks and the joins apart. */
 int xmp_spawn(const struct xmp_spawn_args *args, struct xmp_spawned *out, struct xmp_error *err);
+
+/* Puts the child into every cgroup hierarchy that clone3 did not already place it in, then opens
+ * its start gate. On failure the child is killed (it never ran the command) and -1 returned; it
+ * must still be reaped. */
+int xmp_spawn_start(struct xmp_spawned *sp, const struct xmp_cgroup *cg, enum xmp_cgroup_mode mode,
+                    struct xmp_error *err);
 
 /* Reads the exec status from sp->status_fd. Returns 0 when it is complete (exec_failed and
  * child_err are final, status_fd is closed), 1 while the child has not exec'd or failed yet

@@ -53,6 +53,7 @@ spawn_argv(char *const *argv, char *const *envp, int out_fd, const cpu_set_t *cp
         .sigmask = &mask,
     };
     cr_assert_eq(xmp_spawn(&a, sp, &err), 0, "%s", err.msg);
+    cr_assert_eq(xmp_spawn_start(sp, a.cg, a.mode, &err), 0, "%s", err.msg);
     cr_assert_eq(xmp_spawn_read_status(sp, true), 0);
     free(path);
 }
