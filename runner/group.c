@@ -32,10 +32,66 @@
 #define FINAL_DRAIN (4 * 1024 * 1024)
 
 static int
-ep_add(struct xmp_supervisor *sv, int fd, enum ev_kind kind, size_t index)
+ep_ctl(struct xmp_supervisor *sv, int op, int fd, uint32_t events, enum xmp_ev_kind kind,
+       size_t index)
 {
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = ((uint64_t)kind << 32) | index};
-    return epoll_ctl(sv->epfd, EPOLL_CTL_ADD, fd, &ev);
+    struct epoll_event ev = {.events = events, .data.u64 = ((uint64_t)kind << 32) | index};
+    return epoll_ctl(sv->epfd, op, fd, &ev);
+}
+
+static int
+ep_add(struct xmp_supervisor *sv, int fd, enum xmp_ev_kind kind, size_t index)
+{
+    /* While the console is backed up, new output pipes start paused like the others. */
+    uint32_t events =
+        (kind == XMP_EV_STDOUT || kind == XMP_EV_STDERR) && sv->reading_paused ? 0 : EPOLLIN;
+    return ep_ctl(sv, EPOLL_CTL_ADD, fd, events, kind, index);
+}
+
+void
+xmp_group_setup_consoles(struct xmp_supervisor *sv)
+{
+    for (int i = 0; i < 2; i++) {
+        int fd = i == 0 ? STDOUT_FILENO : STDERR_FILENO;
+        /* epoll refuses regular files (EPERM): those never block, and are written directly. */
+        bool pollable = ep_ctl(sv, EPOLL_CTL_ADD, fd, 0, XMP_EV_CONSOLE, (size_t)i) == 0;
+        xmp_console_init(&sv->consoles[i], fd, !pollable);
+        sv->console_watched[i] = false;
+    }
+    sv->reading_paused = false;
+}
+
+/* After each batch of events: write what the consoles accept, wake up when they accept more,
+ * and stop reading the workers' pipes while a console is backed up (the workers then block on
+ * their own writes, xmprun does not). */
+static void
+service_consoles(struct xmp_supervisor *sv)
+{
+    bool high = false, low = true;
+
+    for (int i = 0; i < 2; i++) {
+        struct xmp_console *c = &sv->consoles[i];
+        size_t left;
+        if (c->direct)
+            continue;
+        left = xmp_console_flush(c);
+        if ((left > 0) != sv->console_watched[i] && c->fd >= 0) {
+            ep_ctl(sv, EPOLL_CTL_MOD, c->fd, left > 0 ? EPOLLOUT : 0, XMP_EV_CONSOLE, (size_t)i);
+            sv->console_watched[i] = left > 0;
+        }
+        high = high || left > XMP_CONSOLE_HIGH;
+        low = low && left < XMP_CONSOLE_LOW;
+    }
+    if (high == sv->reading_paused || (!high && !low))
+        return;
+    sv->reading_paused = high;
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_stream *streams[2] = {&sv->workers[i].out, &sv->workers[i].err};
+        for (int k = 0; k < 2; k++)
+            if (streams[k]->fd >= 0)
+                ep_ctl(sv, EPOLL_CTL_MOD, streams[k]->fd, high ? 0 : EPOLLIN,
+                       k == 0 ? XMP_EV_STDOUT : XMP_EV_STDERR, i);
+    }
 }
 
 static void
@@ -66,7 +122,7 @@ arm_timer(struct xmp_supervisor *sv)
 /* Sends sig to every process of the worker: its process group (what it forked without setsid)
  * and, where the cgroup2 directory is at hand, every process listed in its cgroup. */
 static void
-signal_worker(struct worker *w, int sig)
+signal_worker(struct xmp_worker *w, int sig)
 {
     int dirfd = w->cg != NULL ? xmp_cgroup_dirfd(w->cg) : -1;
 
@@ -94,7 +150,7 @@ kill_all_now(struct xmp_supervisor *sv)
     struct xmp_error err = {0};
 
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         /* cgroup.kill (or freeze, kill, thaw) also gets the grandchildren that called setsid()
          * or ignore SIGTERM, which the process group misses. */
         if (w->cg != NULL && xmp_cgroup_kill(w->cg, &err) < 0 && !xmp_quiet(sv))
@@ -106,12 +162,12 @@ kill_all_now(struct xmp_supervisor *sv)
 }
 
 static void
-stop_all(struct xmp_supervisor *sv, enum stop_reason reason, int sig)
+stop_all(struct xmp_supervisor *sv, enum xmp_stop_reason reason, int sig)
 {
-    if (sv->stopping == STOP_NONE)
+    if (sv->stopping == XMP_STOP_NONE)
         sv->stopping = reason;
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         if (!w->running)
             continue;
         w->stop_sent = true;
@@ -125,9 +181,9 @@ stop_all(struct xmp_supervisor *sv, enum stop_reason reason, int sig)
 static void
 on_worker_failure(struct xmp_supervisor *sv)
 {
-    if (sv->stopping != STOP_NONE || sv->spec->on_failure != XMP_FAILURE_KILL_ALL)
+    if (sv->stopping != XMP_STOP_NONE || sv->spec->on_failure != XMP_FAILURE_KILL_ALL)
         return;
-    stop_all(sv, STOP_FAILURE, SIGTERM);
+    stop_all(sv, XMP_STOP_FAILURE, SIGTERM);
 }
 
 static void
@@ -140,7 +196,7 @@ close_stream(struct xmp_supervisor *sv, struct xmp_stream *s)
 /* Takes in the worker's exec status once the child has exec'd or said why it could not. At exit
  * it is read to the end first, so that a worker that could not start is reported as such. */
 static void
-read_exec_status(struct xmp_supervisor *sv, struct worker *w, bool block)
+read_exec_status(struct xmp_supervisor *sv, struct xmp_worker *w, bool block)
 {
     (void)sv; /* closing the status fd has taken it out of the epoll set */
     if (w->spawned.status_fd < 0 || xmp_spawn_read_status(&w->spawned, block) != 0)
@@ -154,7 +210,7 @@ read_exec_status(struct xmp_supervisor *sv, struct worker *w, bool block)
 }
 
 static void
-finish_worker(struct xmp_supervisor *sv, struct worker *w, const siginfo_t *si)
+finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *si)
 {
     struct xmp_worker_report *rep = w->rep;
     struct xmp_cgroup_stats st = {-1, -1, -1, -1};
@@ -197,7 +253,7 @@ finish_worker(struct xmp_supervisor *sv, struct worker *w, const siginfo_t *si)
         rep->state = XMP_WORKER_OOM_KILLED;
     else if (w->stop_sent)
         rep->state =
-            sv->stopping == STOP_TIMEOUT ? XMP_WORKER_TIMEOUT : XMP_WORKER_STOPPED_BY_XMPRUN;
+            sv->stopping == XMP_STOP_TIMEOUT ? XMP_WORKER_TIMEOUT : XMP_WORKER_STOPPED_BY_XMPRUN;
     else if (rep->signal > 0)
         rep->state = XMP_WORKER_SIGNALED;
     else
@@ -224,7 +280,7 @@ finish_worker(struct xmp_supervisor *sv, struct worker *w, const siginfo_t *si)
 /* Reaps the worker if it has exited; its status is taken through the pidfd so that a recycled
  * pid can never be confused with it. */
 static void
-try_reap(struct xmp_supervisor *sv, struct worker *w)
+try_reap(struct xmp_supervisor *sv, struct xmp_worker *w)
 {
     siginfo_t si;
     int ret;
@@ -258,7 +314,7 @@ reap_children(struct xmp_supervisor *sv)
         if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
             return;
         for (size_t i = 0; i < sv->n_workers; i++) {
-            struct worker *w = &sv->workers[i];
+            struct xmp_worker *w = &sv->workers[i];
             if (w->running && w->pid == si.si_pid) {
                 try_reap(sv, w);
                 worker = true;
@@ -296,8 +352,8 @@ on_signal(struct xmp_supervisor *sv)
             for (size_t i = 0; i < sv->n_workers; i++)
                 if (sv->workers[i].running)
                     sv->workers[i].stop_sent = true;
-            if (sv->stopping == STOP_NONE)
-                sv->stopping = STOP_INTERRUPT;
+            if (sv->stopping == XMP_STOP_NONE)
+                sv->stopping = XMP_STOP_INTERRUPT;
             if (sv->kill_at_ns == 0)
                 sv->kill_at_ns = xmp_now_ns() + sv->spec->grace_ms * 1000000;
             arm_timer(sv);
@@ -306,6 +362,12 @@ on_signal(struct xmp_supervisor *sv)
             kill_all_now(sv);
         }
     }
+}
+
+void
+xmp_group_take_signals(struct xmp_supervisor *sv)
+{
+    on_signal(sv);
 }
 
 static void
@@ -321,8 +383,8 @@ on_timer(struct xmp_supervisor *sv)
         sv->report.timeout_mono_ns = now;
         /* Workers that end from here on were stopped by the deadline, unless a failure or a
          * signal had already started stopping them. */
-        if (sv->stopping == STOP_NONE)
-            stop_all(sv, STOP_TIMEOUT, SIGTERM);
+        if (sv->stopping == XMP_STOP_NONE)
+            stop_all(sv, XMP_STOP_TIMEOUT, SIGTERM);
     }
     if (sv->kill_at_ns > 0 && now >= sv->kill_at_ns)
         kill_all_now(sv);
@@ -373,13 +435,13 @@ open_log(const char *path, bool truncate)
 }
 
 static void
-spawn_worker(struct xmp_supervisor *sv, struct worker *w, size_t index)
+spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
 {
     const struct xmp_spec *spec = sv->spec;
     const struct xmp_plan_worker *pw = w->pw;
     struct xmp_worker_report *rep = w->rep;
     int po[2] = {-1, -1}, pe[2] = {-1, -1};
-    int con_out = -1, con_err = -1;
+    struct xmp_console *con_out = NULL, *con_err = NULL;
     bool prefix = spec->console == XMP_CONSOLE_PREFIX;
     struct xmp_spawned sp;
     struct xmp_error err = {0};
@@ -388,8 +450,8 @@ spawn_worker(struct xmp_supervisor *sv, struct worker *w, size_t index)
 
     if (spec->console == XMP_CONSOLE_PREFIX || spec->console == XMP_CONSOLE_RAW ||
         (spec->console == XMP_CONSOLE_RANK0 && pw->rank == 0)) {
-        con_out = STDOUT_FILENO;
-        con_err = STDERR_FILENO;
+        con_out = &sv->consoles[0];
+        con_err = &sv->consoles[1];
     }
     xmp_now_real(&rep->started_at);
     if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
@@ -404,8 +466,8 @@ spawn_worker(struct xmp_supervisor *sv, struct worker *w, size_t index)
     xmp_stream_init(&w->err, pe[0], pw->rank, con_err, prefix,
                     open_log(pw->stderr_path, sv->restart == 0), &w->tail);
     streams = true;
-    ep_add(sv, po[0], EV_STDOUT, index);
-    ep_add(sv, pe[0], EV_STDERR, index);
+    ep_add(sv, po[0], XMP_EV_STDOUT, index);
+    ep_add(sv, pe[0], XMP_EV_STDERR, index);
 
     /* A stale error file from an earlier run must not be reported as this run's. */
     if (pw->error_file != NULL)
@@ -443,8 +505,8 @@ spawn_worker(struct xmp_supervisor *sv, struct worker *w, size_t index)
     w->running = true;
     sv->n_running++;
     if (w->pidfd >= 0)
-        ep_add(sv, w->pidfd, EV_PIDFD, index);
-    ep_add(sv, sp.status_fd, EV_EXEC, index);
+        ep_add(sv, w->pidfd, XMP_EV_PIDFD, index);
+    ep_add(sv, sp.status_fd, XMP_EV_EXEC, index);
     return;
 
 fail:
@@ -463,7 +525,7 @@ fail:
 }
 
 static void
-start_worker(struct xmp_supervisor *sv, struct worker *w)
+start_worker(struct xmp_supervisor *sv, struct xmp_worker *w)
 {
     struct xmp_error err = {0};
 
@@ -523,13 +585,11 @@ xmp_group_kill_orphans(void)
 }
 
 static void
-drain_streams(struct xmp_supervisor *sv, struct worker *w)
+drain_streams(struct xmp_supervisor *sv, struct xmp_worker *w)
 {
     struct xmp_stream *streams[2] = {&w->out, &w->err};
 
     for (int i = 0; i < 2; i++) {
-        if (streams[i]->buf == NULL)
-            continue;
         if (streams[i]->fd >= 0)
             xmp_stream_read(streams[i], FINAL_DRAIN);
         close_stream(sv, streams[i]);
@@ -541,26 +601,28 @@ drain_streams(struct xmp_supervisor *sv, struct worker *w)
 static void
 dispatch(struct xmp_supervisor *sv, const struct epoll_event *ev)
 {
-    enum ev_kind kind = (enum ev_kind)(ev->data.u64 >> 32);
+    enum xmp_ev_kind kind = (enum xmp_ev_kind)(ev->data.u64 >> 32);
     size_t index = (size_t)(ev->data.u64 & 0xffffffffu);
 
     switch (kind) {
-    case EV_SIGNAL:
+    case XMP_EV_SIGNAL:
         on_signal(sv);
         return;
-    case EV_TIMER:
+    case XMP_EV_TIMER:
         on_timer(sv);
         return;
-    case EV_PIDFD:
+    case XMP_EV_PIDFD:
         try_reap(sv, &sv->workers[index]);
         return;
-    case EV_STDOUT:
+    case XMP_EV_STDOUT:
         on_stream(sv, &sv->workers[index].out);
         return;
-    case EV_STDERR:
+    case XMP_EV_STDERR:
         on_stream(sv, &sv->workers[index].err);
         return;
-    case EV_EXEC:
+    case XMP_EV_CONSOLE:
+        return; /* written in service_consoles after the batch */
+    case XMP_EV_EXEC:
         read_exec_status(sv, &sv->workers[index], false);
         return;
     }
@@ -570,7 +632,7 @@ static void
 prepare_run(struct xmp_supervisor *sv)
 {
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         const struct xmp_plan_worker *pw = w->pw;
         struct xmp_worker_report *rep = &sv->report.workers[i];
 
@@ -594,7 +656,7 @@ prepare_run(struct xmp_supervisor *sv)
         xmp_strv_free(w->environ);
         w->environ = worker_environ(sv, pw);
     }
-    sv->stopping = STOP_NONE;
+    sv->stopping = XMP_STOP_NONE;
     sv->kill_at_ns = 0;
     arm_timer(sv);
 }
@@ -643,7 +705,7 @@ xmp_group_run(struct xmp_supervisor *sv)
             /* Cannot wait any more: stop everything rather than leave workers unsupervised. */
             kill_all_now(sv);
             for (size_t i = 0; i < sv->n_workers; i++) {
-                struct worker *w = &sv->workers[i];
+                struct xmp_worker *w = &sv->workers[i];
                 siginfo_t si = {0};
                 if (w->running && waitid(P_PID, (id_t)w->pid, &si, WEXITED) == 0)
                     finish_worker(sv, w, &si);
@@ -652,12 +714,13 @@ xmp_group_run(struct xmp_supervisor *sv)
         }
         for (int i = 0; i < n; i++)
             dispatch(sv, &evs[i]);
+        service_consoles(sv);
     }
 
     /* Whatever a worker left behind in its process group is part of the job and ends with it;
      * the cgroups catch the rest when they are destroyed. */
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         struct xmp_error err = {0};
         if (w->pid > 0)
             kill(-w->pid, SIGKILL);
@@ -667,4 +730,5 @@ xmp_group_run(struct xmp_supervisor *sv)
     xmp_group_kill_orphans();
     for (size_t i = 0; i < sv->n_workers; i++)
         drain_streams(sv, &sv->workers[i]);
+    service_consoles(sv);
 }

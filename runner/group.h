@@ -17,11 +17,19 @@
 #include <sys/resource.h>
 #include <time.h>
 
-enum ev_kind { EV_SIGNAL = 1, EV_TIMER, EV_PIDFD, EV_STDOUT, EV_STDERR, EV_EXEC };
+enum xmp_ev_kind {
+    XMP_EV_SIGNAL = 1,
+    XMP_EV_TIMER,
+    XMP_EV_PIDFD,
+    XMP_EV_STDOUT,
+    XMP_EV_STDERR,
+    XMP_EV_CONSOLE, /* index 0: xmprun's stdout, 1: its stderr, writable again */
+    XMP_EV_EXEC,    /* a worker's exec-status pipe */
+};
 
-enum stop_reason { STOP_NONE = 0, STOP_FAILURE, STOP_TIMEOUT, STOP_INTERRUPT };
+enum xmp_stop_reason { XMP_STOP_NONE = 0, XMP_STOP_FAILURE, XMP_STOP_TIMEOUT, XMP_STOP_INTERRUPT };
 
-struct worker {
+struct xmp_worker {
     const struct xmp_plan_worker *pw;
     struct xmp_cgroup *cg;
     char **environ;
@@ -58,10 +66,13 @@ struct xmp_supervisor {
     int sigfd;
     int timerfd;
     int stdin_fd; /* /dev/null when xmprun's stdin is a terminal, else -1 (inherit) */
-    struct worker *workers;
+    struct xmp_console consoles[2]; /* xmprun's stdout and stderr */
+    bool console_watched[2];        /* EPOLLOUT is armed for it */
+    bool reading_paused;            /* a console is over XMP_CONSOLE_HIGH */
+    struct xmp_worker *workers;
     size_t n_workers;
     size_t n_running;
-    enum stop_reason stopping;
+    enum xmp_stop_reason stopping;
     int64_t kill_at_ns;  /* 0: no kill pending */
     int64_t deadline_ns; /* 0: no timeout */
     int restart;
@@ -91,9 +102,15 @@ xmp_quiet(const struct xmp_supervisor *sv)
     return sv->opts != NULL && sv->opts->verbosity < 0;
 }
 
+/* Sets up xmprun's stdout and stderr as the workers' consoles (after the epoll fd exists). */
+void xmp_group_setup_consoles(struct xmp_supervisor *sv);
+
 /* Spawns every worker and supervises them until all are reaped, then kills what they left
  * behind and collects their output tails into sv->report.workers. */
 void xmp_group_run(struct xmp_supervisor *sv);
+
+/* Handles the signals that arrived while no worker ran (between a run and a restart). */
+void xmp_group_take_signals(struct xmp_supervisor *sv);
 
 /* Kills and reaps every remaining child of xmprun (bounded wait). */
 void xmp_group_kill_orphans(void);

@@ -5,10 +5,12 @@
 #include "runner/output.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -72,12 +74,12 @@ xmp_tail_free(struct xmp_tail *t)
 }
 
 int
-xmp_stream_init(struct xmp_stream *s, int fd, int rank, int console_fd, bool prefix, int log_fd,
-                struct xmp_tail *tail)
+xmp_stream_init(struct xmp_stream *s, int fd, int rank, struct xmp_console *console, bool prefix,
+                int log_fd, struct xmp_tail *tail)
 {
     s->fd = fd;
     s->rank = rank;
-    s->console_fd = console_fd;
+    s->console = console;
     s->prefix = prefix;
     s->log_fd = log_fd;
     s->tail = tail;
@@ -114,6 +116,110 @@ write_iov(int fd, struct iovec *iov, int cnt)
     }
 }
 
+void
+xmp_console_init(struct xmp_console *c, int fd, bool direct)
+{
+    struct stat st;
+
+    c->fd = fd;
+    c->direct = direct;
+    c->buf = NULL;
+    c->len = c->cap = 0;
+    /* POLLOUT on a pipe or socket guarantees room for PIPE_BUF bytes; a terminal promises
+     * less, so it gets small writes. */
+    c->chunk =
+        fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) ? PIPE_BUF : 256;
+}
+
+static void
+console_drop(struct xmp_console *c)
+{
+    c->fd = -1;
+    c->len = 0;
+}
+
+size_t
+xmp_console_flush(struct xmp_console *c)
+{
+    size_t off = 0;
+
+    while (c->fd >= 0 && off < c->len) {
+        struct pollfd p = {c->fd, POLLOUT, 0};
+        size_t n = c->len - off < c->chunk ? c->len - off : c->chunk;
+        ssize_t w;
+
+        if (poll(&p, 1, 0) <= 0 || !(p.revents & POLLOUT)) {
+            if (p.revents & (POLLERR | POLLHUP | POLLNVAL))
+                console_drop(c);
+            break;
+        }
+        w = write(c->fd, c->buf + off, n);
+        if (w < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (w < 0) {
+            console_drop(c); /* EPIPE and the like: nobody reads; keep supervising */
+            break;
+        }
+        off += (size_t)w;
+    }
+    if (c->fd >= 0 && off > 0) {
+        memmove(c->buf, c->buf + off, c->len - off);
+        c->len -= off;
+    }
+    return c->len;
+}
+
+void
+xmp_console_drain(struct xmp_console *c)
+{
+    if (c->fd >= 0 && c->len > 0) {
+        struct iovec iov = {c->buf, c->len};
+        write_iov(c->fd, &iov, 1);
+    }
+    c->len = 0;
+}
+
+void
+xmp_console_free(struct xmp_console *c)
+{
+    free(c->buf);
+    c->buf = NULL;
+    c->len = c->cap = 0;
+}
+
+static void
+console_write(struct xmp_console *c, struct iovec *iov, int n)
+{
+    size_t need = 0;
+
+    if (c->fd < 0)
+        return;
+    if (c->direct) {
+        write_iov(c->fd, iov, n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        need += iov[i].iov_len;
+    if (c->len + need > c->cap) {
+        size_t cap = c->cap > 0 ? c->cap : 64 * 1024;
+        while (cap < c->len + need)
+            cap *= 2;
+        char *grown = realloc(c->buf, cap);
+        if (grown == NULL) {
+            /* No memory for the queue: fall back to writing synchronously. */
+            xmp_console_drain(c);
+            write_iov(c->fd, iov, n);
+            return;
+        }
+        c->buf = grown;
+        c->cap = cap;
+    }
+    for (int i = 0; i < n; i++) {
+        memcpy(c->buf + c->len, iov[i].iov_base, iov[i].iov_len);
+        c->len += iov[i].iov_len;
+    }
+}
+
 static void
 emit_line(struct xmp_stream *s, const char *line, size_t len)
 {
@@ -121,7 +227,7 @@ emit_line(struct xmp_stream *s, const char *line, size_t len)
     struct iovec iov[3];
     int n = 0;
 
-    if (s->console_fd >= 0) {
+    if (s->console != NULL) {
         if (s->prefix) {
             iov[n].iov_base = prefix;
             iov[n++].iov_len = (size_t)snprintf(prefix, sizeof(prefix), "[%d] ", s->rank);
@@ -130,7 +236,7 @@ emit_line(struct xmp_stream *s, const char *line, size_t len)
         iov[n++].iov_len = len;
         iov[n].iov_base = "\n";
         iov[n++].iov_len = 1;
-        write_iov(s->console_fd, iov, n);
+        console_write(s->console, iov, n);
     }
     if (s->tail != NULL)
         xmp_tail_push(s->tail, line, len);
@@ -159,6 +265,8 @@ split_lines(struct xmp_stream *s, bool flush)
 int
 xmp_stream_read(struct xmp_stream *s, size_t budget)
 {
+    if (s->buf == NULL)
+        return 1; /* no line buffer (allocation failed): treat as closed */
     while (s->fd >= 0 && budget > 0) {
         size_t room = XMP_LINE_MAX - s->len;
         ssize_t n = read(s->fd, s->buf + s->len, room < budget ? room : budget);

@@ -327,6 +327,68 @@ int_or_null(int64_t v)
     return v >= 0 ? json_integer(v) : json_null();
 }
 
+/* Length of the valid UTF-8 sequence at p (1-4), or 0 if it is not one. */
+static size_t
+utf8_seq(const unsigned char *p)
+{
+    size_t n;
+    unsigned cp;
+
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        n = 2, cp = p[0] & 0x1f;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef)
+        n = 3, cp = p[0] & 0x0f;
+    else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+        n = 4, cp = p[0] & 0x07;
+    else
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    /* No overlong forms, surrogates or code points past U+10FFFF. */
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+/* A JSON string of a worker's output line: bytes that are not UTF-8 (a binary blob, a latin-1
+ * message) become U+FFFD, so the rest of the line survives. */
+static json_t *
+utf8_json(const char *text)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    size_t len = strlen(text), o = 0;
+    char *copy;
+    json_t *j = json_string(text);
+
+    if (j != NULL)
+        return j;
+    copy = malloc(len * 3 + 1);
+    if (copy == NULL)
+        return json_string("");
+    for (size_t i = 0; i < len;) {
+        size_t n = utf8_seq(p + i);
+        if (n == 0) {
+            memcpy(copy + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        } else {
+            memcpy(copy + o, p + i, n);
+            o += n;
+            i += n;
+        }
+    }
+    copy[o] = '\0';
+    j = json_string(copy);
+    free(copy);
+    return j != NULL ? j : json_string("");
+}
+
 static json_t *
 worker_json(const struct xmp_worker_report *w)
 {
@@ -335,11 +397,8 @@ worker_json(const struct xmp_worker_report *w)
 
     for (size_t i = 0; w->devices != NULL && w->devices[i] != NULL; i++)
         json_array_append_new(devs, json_string(w->devices[i]));
-    for (size_t i = 0; i < w->n_tail; i++) {
-        /* Workers may print invalid UTF-8; jansson refuses it, so such lines become a note. */
-        json_t *line = json_string(w->stderr_tail[i]);
-        json_array_append_new(tail, line != NULL ? line : json_string("<invalid UTF-8>"));
-    }
+    for (size_t i = 0; i < w->n_tail; i++)
+        json_array_append_new(tail, utf8_json(w->stderr_tail[i]));
     xmp_signal_name(w->signal, sig, sizeof(sig));
 
     json_object_set_new(o, "rank", json_integer(w->rank));

@@ -31,7 +31,7 @@ destroy_worker_cgroups(struct xmp_supervisor *sv)
     struct xmp_error err = {0};
 
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         if (w->cg != NULL && xmp_cgroup_destroy(w->cg, &err) < 0)
             fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank, err.msg);
         w->cg = NULL;
@@ -42,7 +42,7 @@ static int
 create_worker_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
 {
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         char name[32];
 
         snprintf(name, sizeof(name), "worker-%d", w->pw->rank);
@@ -125,8 +125,8 @@ setup_signals(struct xmp_supervisor *sv, struct xmp_error *err)
     sv->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
     if (sv->timerfd < 0)
         return xmp_error_set(err, errno, "timerfd_create");
-    struct epoll_event sev = {.events = EPOLLIN, .data.u64 = (uint64_t)EV_SIGNAL << 32};
-    struct epoll_event tev = {.events = EPOLLIN, .data.u64 = (uint64_t)EV_TIMER << 32};
+    struct epoll_event sev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_SIGNAL << 32};
+    struct epoll_event tev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_TIMER << 32};
     if (epoll_ctl(sv->epfd, EPOLL_CTL_ADD, sv->sigfd, &sev) < 0 ||
         epoll_ctl(sv->epfd, EPOLL_CTL_ADD, sv->timerfd, &tev) < 0)
         return xmp_error_set(err, errno, "epoll_ctl");
@@ -160,7 +160,7 @@ setup_workers(struct xmp_supervisor *sv, struct xmp_error *err)
         return xmp_error_set(err, ENOMEM, "workers");
     sv->report.n_workers = sv->n_workers;
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         struct xmp_error e = {0};
         char **env;
 
@@ -240,6 +240,8 @@ run_job(struct xmp_supervisor *sv)
 
     for (;;) {
         xmp_group_run(sv);
+        /* A ^C during the last moments of a failed run must not be answered with a restart. */
+        xmp_group_take_signals(sv);
         if (!group_failed(sv) || sv->report.interrupt_signal != 0 || sv->report.timed_out ||
             sv->restart >= sv->spec->restarts)
             return;
@@ -310,7 +312,7 @@ cleanup(struct xmp_supervisor *sv)
 {
     remove_run_dir(sv);
     for (size_t i = 0; i < sv->n_workers; i++) {
-        struct worker *w = &sv->workers[i];
+        struct xmp_worker *w = &sv->workers[i];
         if (w->pidfd >= 0)
             close(w->pidfd);
         free(w->path);
@@ -323,6 +325,8 @@ cleanup(struct xmp_supervisor *sv)
         close(sv->timerfd);
     if (sv->stdin_fd >= 0)
         close(sv->stdin_fd);
+    for (int i = 0; i < 2; i++)
+        xmp_console_free(&sv->consoles[i]);
     if (sv->have_plan)
         xmp_plan_free(&sv->plan);
     if (sv->have_host)
@@ -352,6 +356,7 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts)
         sv.stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (setup_signals(&sv, &err) < 0)
         goto setup_failed;
+    xmp_group_setup_consoles(&sv);
     /* Quietly collect what an xmprun killed with SIGKILL left behind. */
     xmp_state_gc(sv.state_dir, &err);
     xmp_error_clear(&err);
@@ -399,6 +404,10 @@ done:
     path = report_path(&sv, buf, sizeof(buf));
     if (xmp_report_write(&sv.report, path, &err) < 0)
         fprintf(stderr, "xmprun: report: %s\n", err.msg);
+    /* What a slow console still holds is written last, waiting for its reader if need be: the
+     * job's end time and report do not wait for it, the summary comes after it. */
+    for (int i = 0; i < 2; i++)
+        xmp_console_drain(&sv.consoles[i]);
     if (!xmp_quiet(&sv) && sv.report.outcome != XMP_OUTCOME_SETUP_FAILED)
         xmp_report_print_summary(&sv.report, stderr);
     status = sv.report.exit_code;

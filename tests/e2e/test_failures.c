@@ -55,6 +55,7 @@ Test(failures, continue_lets_the_others_finish, .timeout = 120)
 Test(failures, missing_executable_is_failed_to_start, .timeout = 120)
 {
     struct e2e e;
+
     e2e_init(&e);
     e2e_spec(&e, "version: 1\n"
                  "name: nosuch\n"
@@ -272,6 +273,34 @@ Test(failures, example_flaky, .timeout = 120)
     e2e_load_report(&e);
     cr_assert_eq(json_integer_value(json_object_get(e.rep, "restarts")), 1);
     cr_assert_not_null(strstr(e.r.out, "[0] rank 0, attempt 1"), "%s", e.r.out);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* xmprun's stdout is a pipe whose reader sleeps: a flooding worker fills it, yet xmprun keeps
+ * supervising (the deadline fires on time) instead of blocking in write(). */
+Test(failures, slow_console_does_not_stall_supervision, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: backedup\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: ['%1$s', flood, '100000000']\n"
+                 "timeout: 1s\n"
+                 "on_failure: {grace: 1s}\n");
+    int status = e2e_sh(&e, 90,
+                        "{ \"$XMPRUN\" --report \"$REPORT\" \"$SPEC\"; echo $? > \"$DIR/status\"; }"
+                        " | { sleep 5; cat > /dev/null; }");
+    cr_assert_eq(status, 0, "stderr:\n%.3000s", e.r.err);
+    char *st = xt_read_file(e2e_path(&e, "status"));
+    cr_assert_not_null(st);
+    cr_assert_eq(atoi(st), 124, "xmprun exited %s", st);
+    free(st);
+    e2e_load_report(&e);
+    cr_assert_str_eq(e2e_str(e.rep, "outcome"), "timeout");
+    cr_assert_lt(json_real_value(json_object_get(e.rep, "duration_s")), 4.0);
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }

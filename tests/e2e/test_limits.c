@@ -3,6 +3,7 @@
  * bomb is contained by pids.max. Every test checks the report and that nothing leaked. */
 #include "e2e/e2e.h"
 
+#include <sched.h>
 #include <seccomp.h>
 
 Test(limits, oom_kill_names_the_limit, .timeout = 120)
@@ -221,6 +222,42 @@ Test(limits, oom_at_the_job_limit, .timeout = 120)
                                                       "OOM killer at the job's 64.0 MiB memory "
                                                       "limit"),
                        "%s", e2e_str(rc, "message"));
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(limits, affinity_follows_the_cpuset, .timeout = 120)
+{
+    struct e2e e;
+    cpu_set_t mine;
+    int last = -1;
+    char want[64];
+
+    cr_assert_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &mine))
+            last = c;
+    e2e_init(&e);
+    /* Both workers pinned to the last CPU this test may use. */
+    char *spec = NULL;
+    cr_assert_eq(asprintf(&spec,
+                          "version: 1\n"
+                          "name: pinned\n"
+                          "workers: 2\n"
+                          "devices: {kind: cpu}\n"
+                          "command: ['%s', affinity]\n"
+                          "resources: {worker: {cpuset: '%d'}}\n",
+                          xt_probe(), last) > 0,
+                 1);
+    e2e_set_spec(&e, spec);
+    cr_assert_eq(e2e_run(&e, 90, NULL), 0, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    for (int r = 0; r < 2; r++) {
+        snprintf(want, sizeof(want), "[%d] affinity=%d\n", r, last);
+        cr_assert_not_null(strstr(e.r.out, want), "no %s in:\n%s", want, e.r.out);
+    }
+    snprintf(want, sizeof(want), "%d", last);
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 1), "cpuset"), want);
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }

@@ -171,3 +171,25 @@ Test(signals, as_pid_1_it_reaps_and_supervises, .timeout = 120)
     e2e_assert_no_cgroups(1);
     e2e_fini(&e);
 }
+
+Test(signals, sigterm_is_not_answered_with_a_restart, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: noretry\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: ['%1$s', pidfile, '%2$s/started', --, sleep, '60']\n"
+                 "on_failure: {restarts: 3, grace: 5s}\n");
+    int status = e2e_sh(&e, 90,
+                        "\"$XMPRUN\" --report \"$REPORT\" \"$SPEC\" & pid=$!; "
+                        "i=0; while [ ! -s \"$DIR/started\" ] && [ $i -lt 200 ]; do "
+                        "sleep 0.05; i=$((i+1)); done; kill -TERM $pid; wait $pid");
+    cr_assert_eq(status, 143, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_eq(json_integer_value(json_object_get(e.rep, "restarts")), 0);
+    cr_assert_str_eq(e2e_str(e.rep, "outcome"), "interrupted");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}

@@ -43,13 +43,15 @@ run_stream(const char *const *chunks, size_t n_chunks, bool prefix, struct xmp_t
     char *dir = xt_tmpdir(), *con_path = NULL, *text;
     int p[2], con, logfd = -1;
     struct xmp_stream s;
+    struct xmp_console console;
 
     cr_assert_eq(asprintf(&con_path, "%s/console", dir) > 0, 1);
     con = open(con_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (log_path != NULL)
         logfd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     cr_assert_eq(pipe2(p, O_NONBLOCK), 0);
-    cr_assert_eq(xmp_stream_init(&s, p[0], 3, con, prefix, logfd, tail), 0);
+    xmp_console_init(&console, con, true);
+    cr_assert_eq(xmp_stream_init(&s, p[0], 3, &console, prefix, logfd, tail), 0);
     for (size_t i = 0; i < n_chunks; i++) {
         size_t len = strlen(chunks[i]), off = 0;
         while (off < len) {
@@ -62,6 +64,7 @@ run_stream(const char *const *chunks, size_t n_chunks, bool prefix, struct xmp_t
     close(p[1]);
     cr_assert_eq(xmp_stream_read(&s, 1 << 20), 1); /* EOF */
     xmp_stream_close(&s);
+    xmp_console_free(&console);
     close(con);
     text = xt_read_file(con_path);
     xt_tmpdir_remove(dir);
@@ -127,4 +130,55 @@ Test(output, long_lines_are_split)
     cr_assert_eq(strlen(nl + 1), 101);
     free(text);
     free(big);
+}
+
+/* A console on a pipe nobody reads: lines are queued, flushing never blocks, and everything
+ * arrives, in order, once the reader catches up. */
+Test(output, slow_console_queues_without_blocking, .timeout = 10)
+{
+    struct xmp_console c;
+    struct xmp_stream s;
+    int con[2], p[2];
+    char line[128], *got = malloc(8 << 20);
+    size_t got_len = 0, lines = 20000;
+
+    cr_assert_eq(pipe2(con, O_CLOEXEC), 0);
+    cr_assert_eq(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+    xmp_console_init(&c, con[1], false);
+    cr_assert_eq(xmp_stream_init(&s, p[0], 7, &c, true, -1, NULL), 0);
+    for (size_t i = 0; i < lines; i++) {
+        int n = snprintf(line, sizeof(line), "line %zu of a console nobody reads yet\n", i);
+        cr_assert_eq(write(p[1], line, (size_t)n), n);
+        cr_assert_eq(xmp_stream_read(&s, 1 << 20), 0);
+    }
+    /* Far more than a pipe holds (64 KiB): the flush returns with the rest still queued. */
+    size_t left = xmp_console_flush(&c);
+    cr_assert_gt(left, 0);
+    cr_assert_gt(left + 65536, (size_t)700000);
+    fcntl(con[0], F_SETFL, O_NONBLOCK);
+    while (left > 0 || got_len == 0) {
+        ssize_t n = read(con[0], got + got_len, (8 << 20) - got_len);
+        if (n > 0)
+            got_len += (size_t)n;
+        left = xmp_console_flush(&c);
+        if (n <= 0 && left == 0)
+            break;
+    }
+    ssize_t n;
+    while ((n = read(con[0], got + got_len, (8 << 20) - got_len)) > 0)
+        got_len += (size_t)n;
+    got[got_len] = '\0';
+    cr_assert_eq(strncmp(got, "[7] line 0 of", 13), 0);
+    snprintf(line, sizeof(line), "[7] line %zu of a console nobody reads yet\n", lines - 1);
+    cr_assert_not_null(strstr(got, line));
+    size_t count = 0;
+    for (char *q = got; (q = strchr(q, '\n')) != NULL; q++)
+        count++;
+    cr_assert_eq(count, lines);
+    close(p[1]);
+    xmp_stream_close(&s);
+    xmp_console_free(&c);
+    close(con[0]);
+    close(con[1]);
+    free(got);
 }

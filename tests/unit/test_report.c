@@ -244,6 +244,8 @@ Test(report, json_matches_schema, .timeout = 60)
     text = xt_read_file(path);
     cr_assert_not_null(strstr(text, "\"schema\": \"xmprun.report/v1\""));
     cr_assert_not_null(strstr(text, "\"signal\": \"SIGSEGV\""));
+    /* The invalid byte is replaced, the rest of the line kept. */
+    cr_assert_not_null(strstr(text, "\"bad \xef\xbf\xbd utf8\""), "%s", text);
     cr_assert_not_null(strstr(text, "\"started_at\": \"2023-11-14T22:13:20.000Z\""));
     free(text);
 
