@@ -413,3 +413,14 @@ xmp_cg_rmdir_tree(const char *dir, struct xmp_error *err)
         return xmp_error_set(err, errno, "rmdir `%s`", dir);
     return ret;
 }
+
+void
+xmp_cg_parent_dir(const char *dir, char *buf, size_t size)
+{
+    char *slash;
+
+    snprintf(buf, size, "%s", dir);
+    slash = strrchr(buf, '/');
+    if (slash != NULL && slash != buf)
+        *slash = '\0';
+}

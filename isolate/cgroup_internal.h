@@ -88,10 +88,12 @@ struct xmp_cg_ops {
 extern const struct xmp_cg_ops xmp_cg_v1_ops;
 extern const struct xmp_cg_ops xmp_cg_v2_ops;
 
-/* Shared helpers (cgroup.c). */
+/* Shared helpers (cgroup_fs.c). */
 int xmp_cg_write(const char *dir, const char *file, const char *value, struct xmp_error *err);
 /* Reads a small file into buf (NUL-terminated, trailing newline kept). */
 int xmp_cg_read(const char *dir, const char *file, char *buf, size_t size, struct xmp_error *err);
+/* The directory above dir ("/a/b" -> "/a"), into buf. */
+void xmp_cg_parent_dir(const char *dir, char *buf, size_t size);
 bool xmp_cg_exists(const char *dir, const char *file);
 /* Value of "key N" in a flat-keyed file text (memory.events, cpu.stat, oom_control); -1 if absent.
  */

@@ -19,17 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static void
-parent_dir(const char *dir, char *buf, size_t size)
-{
-    char *slash;
-
-    snprintf(buf, size, "%s", dir);
-    slash = strrchr(buf, '/');
-    if (slash != NULL && slash != buf)
-        *slash = '\0';
-}
-
 static int
 hier_of(const struct xmp_cg_layout *l, unsigned bit)
 {
@@ -91,7 +80,7 @@ v1_values(const struct xmp_cgroup *cg, const struct xmp_limits *l, unsigned mask
             if (xmp_cgroup_format_cpuset(&l->cpus, cpus, sizeof(cpus)) < 0)
                 return xmp_error_set(err, ENAMETOOLONG, "cpuset too long");
         } else {
-            parent_dir(cg->dir[i], pdir, sizeof(pdir));
+            xmp_cg_parent_dir(cg->dir[i], pdir, sizeof(pdir));
             if (xmp_cg_read(pdir, "cpuset.cpus", cpus, sizeof(cpus), err) < 0)
                 return -1;
         }
@@ -166,15 +155,15 @@ learn_caps(struct xmp_cgroup *cg, struct xmp_error *err)
         caps->tracking = true;
     }
     if ((i = hier_of(lay, XMP_CG_MEMORY)) >= 0) {
-        parent_dir(cg->dir[i], pdir, sizeof(pdir));
+        xmp_cg_parent_dir(cg->dir[i], pdir, sizeof(pdir));
         caps->memsw = xmp_cg_exists(pdir, "memory.memsw.limit_in_bytes");
     }
     if ((i = hier_of(lay, XMP_CG_CPUACCT)) >= 0) {
-        parent_dir(cg->dir[i], pdir, sizeof(pdir));
+        xmp_cg_parent_dir(cg->dir[i], pdir, sizeof(pdir));
         caps->cpuacct_usage = xmp_cg_exists(pdir, "cpuacct.usage_user");
     }
     if ((i = hier_of(lay, XMP_CG_CPUSET)) >= 0) {
-        parent_dir(cg->dir[i], pdir, sizeof(pdir));
+        xmp_cg_parent_dir(cg->dir[i], pdir, sizeof(pdir));
         if (xmp_cg_read(pdir, "cpuset.mems", caps->mems, sizeof(caps->mems), err) < 0)
             return -1;
         caps->mems[strcspn(caps->mems, "\n")] = '\0';

@@ -31,17 +31,6 @@ static const struct {
               {"cpuset", XMP_CG_CPUSET}};
 #define N_REQUIRED 3
 
-static void
-parent_dir(const char *dir, char *buf, size_t size)
-{
-    char *slash;
-
-    snprintf(buf, size, "%s", dir);
-    slash = strrchr(buf, '/');
-    if (slash != NULL && slash != buf)
-        *slash = '\0';
-}
-
 static bool
 word_in(const char *text, const char *word)
 {
@@ -288,7 +277,7 @@ v2_values(struct xmp_cgroup *cg, const struct xmp_limits *l, struct xmp_cg_value
             return xmp_error_set(err, ENAMETOOLONG, "cpuset too long");
         if (cg->parent == NULL || !lay->caps.mems_known) {
             char mems[sizeof(lay->caps.mems)];
-            parent_dir(dir, pdir, sizeof(pdir));
+            xmp_cg_parent_dir(dir, pdir, sizeof(pdir));
             if (xmp_cg_read(pdir, "cpuset.mems.effective", mems, sizeof(mems), err) < 0)
                 return -1;
             mems[strcspn(mems, "\n")] = '\0';
@@ -320,7 +309,7 @@ v2_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
     char pdir[XMP_CG_PATH];
 
     if (cg->parent == NULL) {
-        parent_dir(dir, pdir, sizeof(pdir));
+        xmp_cg_parent_dir(dir, pdir, sizeof(pdir));
         if (enable_controllers(pdir, true, &h->ctrls, err) < 0)
             return -1;
     }
