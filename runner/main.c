@@ -297,6 +297,7 @@ cmd_run(struct cli *cli)
 {
     struct xmp_spec spec = {0};
     struct xmp_run_options opts = {cli->verbosity, cli->report, environ};
+    struct xmp_error err = {0};
     const char *path = NULL;
     int status;
 
@@ -305,7 +306,9 @@ cmd_run(struct cli *cli)
         return status;
     if (load_spec(cli, path, &spec) < 0)
         return EXIT_USAGE;
-    status = xmp_job_run(&spec, &opts);
+    status = xmp_job_run(&spec, &opts, &err);
+    if (err.msg[0] != '\0')
+        fprintf(stderr, "xmprun: %s\n", err.msg);
     xmp_spec_free(&spec);
     return status;
 }

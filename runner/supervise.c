@@ -335,7 +335,8 @@ cleanup(struct xmp_supervisor *sv)
 }
 
 int
-xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts)
+xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
+            struct xmp_error *setup_err)
 {
     struct xmp_supervisor sv = {
         .spec = spec, .opts = opts, .epfd = -1, .sigfd = -1, .timerfd = -1, .stdin_fd = -1};
@@ -395,7 +396,7 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts)
 
 setup_failed:
     snprintf(sv.report.setup_error, sizeof(sv.report.setup_error), "%s", err.msg);
-    fprintf(stderr, "xmprun: error: %s\n", err.msg);
+    *setup_err = err;
     sv.report.n_workers = 0;
 done:
     destroy_cgroups(&sv);

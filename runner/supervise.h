@@ -12,9 +12,11 @@ struct xmp_run_options {
 };
 
 /* Runs the job end to end and returns xmprun's exit status (SPEC.md section 5): 0, the root
- * cause's exit code, 128+n, 124, 130/143, or 125 when the job could not be set up. Writes the
- * report on every path. Never calls exit(). */
-int xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts);
+ * cause's exit code, 128+n, 124, 130/143, or 125 when the job could not be set up, in which case
+ * err says why (for the caller to print; it is in the report too). Writes the report on every
+ * path. Never calls exit(). */
+int xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
+                struct xmp_error *err);
 
 /* `xmprun gc`: kills processes and removes cgroups left by an xmprun that was SIGKILLed. Returns
  * the exit status (0, or 125 when something could not be removed). */
