@@ -313,6 +313,25 @@ cmd_run(struct cli *cli)
     return status;
 }
 
+static int
+cmd_gc(const struct cli *cli)
+{
+    struct xmp_run_options opts = {cli->verbosity, NULL, environ};
+    struct xmp_error err = {0};
+    int n;
+
+    if (cli->n_args > 1 || cli->command != NULL)
+        return usage_error("%s", "gc takes no arguments");
+    n = xmp_job_gc(&opts, &err);
+    if (n < 0) {
+        fprintf(stderr, "xmprun: gc: %s\n", err.msg);
+        return EXIT_SETUP;
+    }
+    if (cli->verbosity >= 0)
+        printf("xmprun: gc: cleaned up %d orphaned job%s\n", n, n == 1 ? "" : "s");
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -326,10 +345,7 @@ main(int argc, char **argv)
         } else if (verb != NULL && strcmp(verb, "plan") == 0) {
             status = cmd_plan(&cli);
         } else if (verb != NULL && strcmp(verb, "gc") == 0) {
-            struct xmp_run_options opts = {cli.verbosity, NULL, environ};
-            status = cli.n_args > 1 || cli.command != NULL
-                         ? usage_error("%s", "gc takes no arguments")
-                         : xmp_job_gc(&opts);
+            status = cmd_gc(&cli);
         } else if (verb == NULL && cli.command == NULL) {
             status = usage_error("%s", "no job given: xmprun JOB.yaml, or xmprun -n N -- CMD");
         } else {

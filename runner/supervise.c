@@ -426,16 +426,7 @@ done:
 }
 
 int
-xmp_job_gc(const struct xmp_run_options *opts)
+xmp_job_gc(const struct xmp_run_options *opts, struct xmp_error *err)
 {
-    struct xmp_error err = {0};
-    int n = xmp_state_gc(xmp_state_dir(opts->environ), &err);
-
-    if (n < 0) {
-        fprintf(stderr, "xmprun: gc: %s\n", err.msg);
-        return 125;
-    }
-    if (opts->verbosity >= 0)
-        fprintf(stderr, "xmprun: gc: cleaned up %d orphaned job%s\n", n, n == 1 ? "" : "s");
-    return 0;
+    return xmp_state_gc(xmp_state_dir(opts->environ), err);
 }

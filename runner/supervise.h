@@ -19,7 +19,7 @@ int xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
                 struct xmp_error *err);
 
 /* `xmprun gc`: kills processes and removes cgroups left by an xmprun that was SIGKILLed. Returns
- * the exit status (0, or 125 when something could not be removed). */
-int xmp_job_gc(const struct xmp_run_options *opts);
+ * the number of jobs cleaned up, or -1 when something could not be removed. */
+int xmp_job_gc(const struct xmp_run_options *opts, struct xmp_error *err);
 
 #endif
