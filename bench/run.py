@@ -39,19 +39,22 @@ def spec(name, n, command, extra=""):
 
 print(f"# xmprun bench: {os.uname().nodename}, {os.cpu_count()} CPUs, {args.reps} reps, median of each")
 print("\n## launch: N workers running /bin/true (one cgroup each) vs plain fork+exec of N")
-print(f"{'N':>5} {'fork+exec ms':>13} {'xmprun ms':>10} {'ratio':>6}")
+print("## (the last two columns: the same xmprun with isolation.cgroups: off, for what cgroups cost)")
+print(f"{'N':>5} {'fork+exec ms':>13} {'xmprun ms':>10} {'ratio':>6} {'no-cgroup ms':>13} {'ratio':>6}")
 for n in [int(s) for s in args.sizes.split(",")]:
     path = spec(f"bench-true-{n}", n, "[/bin/true]")
-    base, xmp = [], []
-    for _ in range(args.reps):  # interleaved, so drift affects both alike
+    off = spec(f"bench-true-off-{n}", n, "[/bin/true]", "isolation: {cgroups: off}\n")
+    base, xmp, xoff = [], [], []
+    for _ in range(args.reps):  # interleaved, so drift affects all alike
         t, r = timed([baseline, "launch", str(n)])
         base.append(t)
-        t, r = timed([xmprun, "-q", path])
-        if r.returncode != 0:
-            sys.exit(f"xmprun failed ({r.returncode}): {r.stderr.decode()}")
-        xmp.append(t)
-    b, x = median_ms(base), median_ms(xmp)
-    print(f"{n:>5} {b:>13.2f} {x:>10.2f} {x / b:>6.2f}")
+        for samples, p in ((xmp, path), (xoff, off)):
+            t, r = timed([xmprun, "-q", p])
+            if r.returncode != 0:
+                sys.exit(f"xmprun failed ({r.returncode}): {r.stderr.decode()}")
+            samples.append(t)
+    b, x, o = median_ms(base), median_ms(xmp), median_ms(xoff)
+    print(f"{n:>5} {b:>13.2f} {x:>10.2f} {x / b:>6.2f} {o:>13.2f} {o / b:>6.2f}")
 
 n = args.fail_size
 print(f"\n## failure to exit: rank 0 fails after 300 ms, {n - 1} others sleep; time from the failing")
