@@ -3,7 +3,10 @@
  *   baseline failfast N    fork+exec N `baseline worker` children, wait for the first exit, SIGTERM
  *                          the rest and wait for them (what torch.multiprocessing.spawn does)
  *   baseline worker        RANK 0: sleep BENCH_FAIL_MS, write CLOCK_MONOTONIC ns to
- *                          BENCH_STAMP, exit 1; other ranks: sleep 60 s */
+ *                          BENCH_STAMP, exit 1; other ranks: sleep 60 s
+ *   baseline cgmove FILE   write our own pid to the cgroup.procs FILE of the cgroup we are
+ *                          already in, twice, and print how long each write took (the first move
+ *                          into a v1 cgroup after a quiet spell waits for an RCU grace period) */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,11 +51,42 @@ worker(void)
     return 1;
 }
 
+static double
+now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static int
+cgmove(const char *procs)
+{
+    char pid[32];
+    int len = snprintf(pid, sizeof(pid), "%d", (int)getpid());
+
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(procs, "w");
+        if (f == NULL)
+            return 1;
+        double t0 = now_ms();
+        int ok = fwrite(pid, 1, (size_t)len, f) == (size_t)len && fflush(f) == 0;
+        double t1 = now_ms();
+        fclose(f);
+        if (!ok)
+            return 1;
+        printf("%.3f\n", t1 - t0);
+    }
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "worker") == 0)
         return worker();
+    if (argc == 3 && strcmp(argv[1], "cgmove") == 0)
+        return cgmove(argv[2]);
     if (argc != 3)
         return 2;
     int n = atoi(argv[2]);

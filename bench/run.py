@@ -56,6 +56,16 @@ for n in [int(s) for s in args.sizes.split(",")]:
     b, x, o = median_ms(base), median_ms(xmp), median_ms(xoff)
     print(f"{n:>5} {b:>13.2f} {x:>10.2f} {x / b:>6.2f} {o:>13.2f} {o / b:>6.2f}")
 
+pids = [l.split(":", 2)[2].strip() for l in open("/proc/self/cgroup") if l.split(":")[1] == "pids"]
+procs = f"/sys/fs/cgroup/pids{pids[0].rstrip('/')}/cgroup.procs" if pids else None
+if procs and os.path.exists(procs):
+    time.sleep(1)  # a quiet spell, as before a job starts
+    r = subprocess.run([baseline, "cgmove", procs], capture_output=True, text=True)
+    if r.returncode == 0:
+        first, second = r.stdout.split()
+        print(f"\n## v1 cgroup move (a write to {procs} of a process already in that cgroup):")
+        print(f"## first after a quiet second {float(first):.3f} ms, next {float(second):.3f} ms")
+
 n = args.fail_size
 print(f"\n## failure to exit: rank 0 fails after 300 ms, {n - 1} others sleep; time from the failing")
 print("## worker's last instruction to the launcher's exit (kill-all, SIGTERM to the rest)")
