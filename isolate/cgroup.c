@@ -411,6 +411,30 @@ xmp_cgroup_attach(const struct xmp_cgroup *cg, pid_t pid, bool into_unified, str
 }
 
 int
+xmp_cgroup_signal(const struct xmp_cgroup *cg, int sig, struct xmp_error *err)
+{
+    const char *procs = NULL;
+    cleanup_fclose FILE *f = NULL;
+    pid_t self = getpid();
+    int pid;
+
+    if (cg->layout->unified >= 0)
+        procs = cg->procs[cg->layout->unified];
+    for (size_t i = 0; procs == NULL && i < cg->layout->n; i++)
+        if (cg->own & (1u << i))
+            procs = cg->procs[i];
+    if (procs == NULL)
+        return 0;
+    f = fopen(procs, "re");
+    if (f == NULL)
+        return xmp_error_set(err, errno, "open `%s`", procs);
+    while (fscanf(f, "%d", &pid) == 1)
+        if (pid > 1 && pid != self)
+            kill(pid, sig);
+    return 0;
+}
+
+int
 xmp_cgroup_kill(struct xmp_cgroup *cg, struct xmp_error *err)
 {
     return cg->ops->kill(cg, err);

@@ -83,6 +83,11 @@ int xmp_cgroup_attach(const struct xmp_cgroup *cg, pid_t pid, bool into_unified,
  * every task, thaw. Returns once the signal is sent, not once the tasks are gone. */
 int xmp_cgroup_kill(struct xmp_cgroup *cg, struct xmp_error *err);
 
+/* Sends sig to every process listed in the cgroup (except xmprun itself): the cgroup2
+ * directory where there is one, else the v1 memory hierarchy, which every cgroup of the job has
+ * a directory in. For a graceful SIGTERM; xmp_cgroup_kill is the sure SIGKILL. */
+int xmp_cgroup_signal(const struct xmp_cgroup *cg, int sig, struct xmp_error *err);
+
 /* True when no process is left in the cgroup (cgroup.events populated 0, or empty cgroup.procs). */
 bool xmp_cgroup_is_empty(const struct xmp_cgroup *cg);
 

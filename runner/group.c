@@ -120,28 +120,19 @@ arm_timer(struct xmp_supervisor *sv)
 }
 
 /* Sends sig to every process of the worker: its process group (what it forked without setsid)
- * and, where the cgroup2 directory is at hand, every process listed in its cgroup. */
+ * and every process in its cgroup (what left the group). A failure to list the cgroup leaves the
+ * group signalled and the cgroup kill after the grace period to do the rest. */
 static void
 signal_worker(struct xmp_worker *w, int sig)
 {
-    int dirfd = w->cg != NULL ? xmp_cgroup_dirfd(w->cg) : -1;
+    struct xmp_error err = {0};
 
     if (w->running && w->pid > 0) {
         kill(-w->pid, sig);
         kill(w->pid, sig);
     }
-    if (dirfd >= 0) {
-        int fd = openat(dirfd, "cgroup.procs", O_RDONLY | O_CLOEXEC);
-        FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
-        int pid;
-        while (f != NULL && fscanf(f, "%d", &pid) == 1)
-            if (pid > 1 && pid != getpid())
-                kill(pid, sig);
-        if (f != NULL)
-            fclose(f);
-        else if (fd >= 0)
-            close(fd);
-    }
+    if (w->cg != NULL)
+        xmp_cgroup_signal(w->cg, sig, &err);
 }
 
 static void

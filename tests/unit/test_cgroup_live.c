@@ -148,6 +148,57 @@ LIVE_TEST(kill_empties_the_cgroup)
 }
 
 static void
+fork_setsid_grandchild(void)
+{
+    if (fork() == 0) {
+        setsid();
+        for (;;)
+            pause();
+    }
+}
+
+/* The graceful stop: SIGTERM to every process listed in the cgroup, including one that left
+ * the worker's process group with setsid(). In legacy mode the list comes from v1. */
+LIVE_TEST(signal_reaches_every_process)
+{
+    struct xmp_cgroup *job, *w0 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128];
+    int status = 0;
+    pid_t pid;
+
+    job = make_job("signal", -1, name, sizeof(name));
+    xmp_limits_init(&l);
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
+    pid = spawn_attached(w0, fork_setsid_grandchild);
+    /* Until the grandchild shows up in the cgroup, the signal could miss it. */
+    bool two = false;
+    /* The cgroup2 tree where there is one (unified, hybrid), else v1 memory (legacy). */
+    const struct hier *h = hier("") != NULL ? hier("") : hier("memory");
+    char path[2048];
+    cr_assert_not_null(h);
+    snprintf(path, sizeof(path), "%s/%s/worker-0/cgroup.procs", h->dir, name);
+    for (int i = 0; i < 500 && !two; i++) {
+        char *procs = slurp(path);
+        two = procs != NULL && strchr(procs, '\n') != NULL && strchr(procs, '\n')[1] != '\0';
+        free(procs);
+        if (!two)
+            usleep(10000);
+    }
+    cr_assert(two, "the grandchild never appeared in the cgroup");
+    cr_assert_eq(xmp_cgroup_signal(w0, SIGTERM, &err), 0, "signal: %s", err.msg);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %#x", status);
+    bool empty = false;
+    for (int i = 0; i < 500 && !(empty = xmp_cgroup_is_empty(w0)); i++)
+        usleep(10000);
+    cr_expect(empty, "the setsid grandchild survived SIGTERM to the cgroup");
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}
+
+static void
 eat_256m(void)
 {
     size_t size = 256u << 20;
