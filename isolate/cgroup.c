@@ -232,14 +232,16 @@ explain_access(struct xmp_error *err, int e, const char *dir)
                       "cannot create cgroups: the cgroup filesystem is mounted read-only (in a "
                       "container: run with --cgroupns=private and a writable /sys/fs/cgroup, or "
                       "--privileged; or set isolation.cgroups: optional)");
-    else if (e == EACCES || e == EPERM)
-        /* The path is cut so that the advice fits in the message, even with a prefix. */
+    else if (e == EACCES || e == EPERM) {
+        /* A long path keeps only its end, marked as cut, so that the advice fits in the message
+         * even with a prefix. */
+        size_t len = strlen(dir);
         xmp_error_set(err, 0,
-                      "cannot create cgroups in `%.64s`: not root and not delegated (ask for a "
+                      "cannot create cgroups in `%s%s`: not root and not delegated (ask for a "
                       "delegated cgroup: systemd-run --user -p Delegate=yes --scope ..., or set "
                       "isolation.cgroups: optional)",
-                      dir);
-    else
+                      len > 64 ? "..." : "", len > 64 ? dir + len - 61 : dir);
+    } else
         return xmp_error_set(err, e, "cannot create cgroups in `%s`", dir);
     if (err != NULL)
         err->errnum = e;
