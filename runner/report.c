@@ -492,40 +492,31 @@ write_all(int fd, const char *data, size_t len)
 }
 
 int
-xmp_report_write(const struct xmp_report *r, const char *path, struct xmp_error *err)
+xmp_write_atomic(const char *path, const char *text, bool durable, struct xmp_error *err)
 {
     cleanup_free char *dir_copy = strdup(path);
     cleanup_free char *base_copy = strdup(path);
     cleanup_free char *tmp = NULL;
-    cleanup_free char *text = NULL;
     cleanup_close int fd = -1;
     cleanup_close int dfd = -1;
-    json_t *doc;
     const char *dir, *base;
 
     if (dir_copy == NULL || base_copy == NULL)
-        return xmp_error_set(err, ENOMEM, "report");
+        return xmp_error_set(err, ENOMEM, "write `%s`", path);
     dir = dirname(dir_copy);
     base = basename(base_copy);
     if (asprintf(&tmp, "%s/.%s.XXXXXX", dir, base) < 0) {
         tmp = NULL;
-        return xmp_error_set(err, ENOMEM, "report");
+        return xmp_error_set(err, ENOMEM, "write `%s`", path);
     }
-    doc = xmp_report_to_json(r);
-    /* 15 significant digits: durations and CPU times without binary-fraction noise. */
-    text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
-    json_decref(doc);
-    if (text == NULL)
-        return xmp_error_set(err, ENOMEM, "report: encode JSON");
-
     fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0)
         return xmp_error_set(err, errno, "create `%s`", tmp);
-    /* mkstemp creates 0600; a report is as readable as any file the user writes. */
+    /* mkstemp creates 0600; the file is as readable as any file the user writes. */
     mode_t mask = umask(022);
     umask(mask);
     if (fchmod(fd, 0666 & ~mask) < 0 || write_all(fd, text, strlen(text)) < 0 ||
-        write_all(fd, "\n", 1) < 0 || fsync(fd) < 0) {
+        write_all(fd, "\n", 1) < 0 || (durable && fsync(fd) < 0)) {
         int saved = errno;
         unlink(tmp);
         return xmp_error_set(err, saved, "write `%s`", tmp);
@@ -541,10 +532,26 @@ xmp_report_write(const struct xmp_report *r, const char *path, struct xmp_error 
         return xmp_error_set(err, saved, "rename `%s` to `%s`", tmp, path);
     }
     /* The rename is durable only once the directory entry is on disk too. */
-    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0)
-        fsync(dfd);
+    if (durable) {
+        dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0)
+            fsync(dfd);
+    }
     return 0;
+}
+
+int
+xmp_report_write(const struct xmp_report *r, const char *path, struct xmp_error *err)
+{
+    cleanup_free char *text = NULL;
+    json_t *doc = xmp_report_to_json(r);
+
+    /* 15 significant digits: durations and CPU times without binary-fraction noise. */
+    text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
+    json_decref(doc);
+    if (text == NULL)
+        return xmp_error_set(err, ENOMEM, "report: encode JSON");
+    return xmp_write_atomic(path, text, true, err);
 }
 
 void

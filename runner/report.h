@@ -143,6 +143,10 @@ json_t *xmp_report_to_json(const struct xmp_report *r);
  * directory. */
 int xmp_report_write(const struct xmp_report *r, const char *path, struct xmp_error *err);
 
+/* Replaces path with text plus a newline, atomically: a temp file beside it, then rename. With
+ * durable, the file is fsynced before the rename and the directory after it. */
+int xmp_write_atomic(const char *path, const char *text, bool durable, struct xmp_error *err);
+
 /* The short human table (rank, device, state, exit, peak memory, time) and the root cause. */
 void xmp_report_print_summary(const struct xmp_report *r, FILE *out);
 

@@ -5,6 +5,7 @@
 #include "runner/state.h"
 
 #include "isolate/cleanup.h"
+#include "runner/report.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -62,10 +63,9 @@ xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode m
                 struct xmp_error *err)
 {
     cleanup_free char *path = NULL;
-    cleanup_free char *tmp = NULL;
+    cleanup_free char *text = NULL;
     unsigned long long start = 0;
     json_t *doc, *workers = json_array();
-    int ret;
 
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
         return xmp_error_set(err, errno, "mkdir `%s`", dir);
@@ -81,18 +81,13 @@ xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode m
                     (json_int_t)start, "cgroup_name", cgroup_name, "cgroup_mode",
                     xmp_cgroup_mode_name(mode), "cgroup_path", cgroup_path, "run_dir", run_dir,
                     "workers", workers);
-    if (asprintf(&path, "%s/%s.json", dir, cgroup_name) < 0 ||
-        asprintf(&tmp, "%s/.%s.json.tmp", dir, cgroup_name) < 0) {
-        json_decref(doc);
-        return xmp_error_set(err, ENOMEM, "state file");
-    }
-    ret = json_dump_file(doc, tmp, JSON_COMPACT);
+    text = json_dumps(doc, JSON_COMPACT);
     json_decref(doc);
-    if (ret < 0 || rename(tmp, path) < 0) {
-        int saved = errno;
-        unlink(tmp);
-        return xmp_error_set(err, saved, "write `%s`", path);
-    }
+    if (text == NULL || asprintf(&path, "%s/%s.json", dir, cgroup_name) < 0)
+        return xmp_error_set(err, ENOMEM, "state file");
+    /* Not fsynced: the file only has to outlive xmprun, not the machine (nor its cgroups). */
+    if (xmp_write_atomic(path, text, false, err) < 0)
+        return -1;
     return 0;
 }
 
