@@ -4,6 +4,7 @@
 #ifndef XMP_TEST_CGROUP_LIVE_HELPERS_H
 #define XMP_TEST_CGROUP_LIVE_HELPERS_H
 
+#include "helpers/testlib.h"
 #include "isolate/cgroup.h"
 #include "isolate/cgroup_internal.h" /* the pre-5.14 kill, tested directly */
 
@@ -39,27 +40,12 @@ static struct hier H[MAX_H];
 static size_t NH;
 static enum xmp_cgroup_mode MODE;
 
-static inline char *
-slurp(const char *path)
-{
-    FILE *f = fopen(path, "re");
-    static char buf[65536];
-    size_t n;
-
-    if (f == NULL)
-        return NULL;
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return strdup(buf);
-}
-
 static inline void
 read_layout(void)
 {
     static const char *const v1[] = {"memory", "cpu", "cpuacct", "cpuset", "pids", "freezer"};
-    char *proc = slurp("/proc/self/cgroup");
-    char *mi = slurp("/proc/self/mountinfo");
+    char *proc = xt_read_file("/proc/self/cgroup");
+    char *mi = xt_read_file("/proc/self/mountinfo");
 
     NH = 0;
     cr_assert_not_null(proc);
@@ -124,7 +110,7 @@ scrub(const char *dir)
     closedir(d);
     snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
     for (int round = 0; round < 100; round++) {
-        char *procs = slurp(path);
+        char *procs = xt_read_file(path);
         bool any = procs != NULL && procs[0] != '\0';
         for (char *p = procs; any && p && *p;) {
             char *end;
@@ -243,7 +229,7 @@ read_cg(const char *ctrl, const char *rel, const char *file)
 
     cr_assert_not_null(h, "no %s hierarchy", ctrl[0] ? ctrl : "cgroup2");
     snprintf(path, sizeof(path), "%s/%s/%s", h->dir, rel, file);
-    text = slurp(path);
+    text = xt_read_file(path);
     cr_assert_not_null(text, "cannot read %s", path);
     text[strcspn(text, "\n")] = '\0';
     return text;

@@ -98,7 +98,7 @@ LIVE_TEST(attach_shows_in_every_hierarchy)
     cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
     pid = spawn_attached(w0, NULL);
     snprintf(path, sizeof(path), "/proc/%ld/cgroup", (long)pid);
-    char *text = slurp(path);
+    char *text = xt_read_file(path);
     cr_assert_not_null(text);
     for (size_t i = 0; i < NH; i++) {
         char got[1024], want[1200];
@@ -180,7 +180,7 @@ LIVE_TEST(signal_reaches_every_process)
     cr_assert_not_null(h);
     snprintf(path, sizeof(path), "%s/%s/worker-0/cgroup.procs", h->dir, name);
     for (int i = 0; i < 500 && !two; i++) {
-        char *procs = slurp(path);
+        char *procs = xt_read_file(path);
         two = procs != NULL && strchr(procs, '\n') != NULL && strchr(procs, '\n')[1] != '\0';
         free(procs);
         if (!two)
@@ -364,7 +364,7 @@ LIVE_TEST(job_grows_where_a_worker_needs_it)
     p1 = spawn_attached(w1, NULL);
     for (int k = 0; k < 2; k++) {
         snprintf(path, sizeof(path), "/proc/%ld/cgroup", (long)(k ? p1 : p0));
-        char *text = slurp(path);
+        char *text = xt_read_file(path);
         cr_assert_not_null(text);
         cr_assert_eq(xmp_cgroup_parse_proc(text, h->ctrl, got, sizeof(got), NULL, NULL), 0);
         free(text);

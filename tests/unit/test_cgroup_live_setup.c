@@ -89,7 +89,7 @@ clone_into(void)
     }
     usleep(100000);
     snprintf(path, sizeof(path), "/proc/%ld/cgroup", pid);
-    text = slurp(path);
+    text = xt_read_file(path);
     kill((pid_t)pid, SIGKILL);
     waitpid((pid_t)pid, &status, 0);
     if (text == NULL)
@@ -164,7 +164,7 @@ nested_self_move(void)
         fail("create_child: %s", err.msg);
         return child_msg;
     }
-    text = slurp("/proc/self/cgroup");
+    text = xt_read_file("/proc/self/cgroup");
     xmp_cgroup_parse_proc(text, "", got, sizeof(got), NULL, NULL);
     free(text);
     snprintf(want, sizeof(want), "/xmprun-self-%ld", (long)getpid());
