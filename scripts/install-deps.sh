@@ -3,7 +3,7 @@
 # Idempotent and quiet when everything is already present; run as root.
 set -eu
 pkgs="build-essential cmake pkg-config libyaml-dev libcgroup-dev libseccomp-dev libjansson-dev
-libcriterion-dev python3 python3-yaml python3-jsonschema clang clang-format libclang-rt-14-dev"
+libcriterion-dev python3 python3-yaml python3-jsonschema python3-torch clang clang-format libclang-rt-14-dev"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
@@ -17,4 +17,4 @@ export DEBIAN_FRONTEND=noninteractive
 echo "install-deps: installing$missing" >&2
 apt-get update -qq >/dev/null
 # shellcheck disable=SC2086
-apt-get install -y -qq --no-install-recommends $missing >/dev/null
+apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends $missing >/dev/null
