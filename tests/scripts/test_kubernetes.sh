@@ -3,5 +3,5 @@
 # (kubernetes_plan.py). Skips (77) when Debian's python lacks PyYAML.
 set -u
 py=/usr/bin/python3
-"$py" -c 'import yaml' 2>/dev/null || { echo "SKIPPED: $py with python3-yaml is needed"; exit 77; }
+"$py" -c 'import yaml' 2>/dev/null || { echo "[SKIP] scripts::test_kubernetes: $py with python3-yaml is needed"; exit 77; }
 exec "$py" "$(dirname "$0")/kubernetes_plan.py"
