@@ -71,6 +71,44 @@ xmp_spawn_resolve(const char *argv0, char *const *envp)
     return found_noexec != NULL ? found_noexec : strdup(argv0);
 }
 
+/* xmprun raised its own soft RLIMIT_NOFILE to the hard limit for the descriptors it holds per
+ * worker; the worker gets back the limit xmprun inherited, because programs that use select()
+ * or size tables by the limit misbehave above the usual 1024. */
+static int
+restore_inherited_nofile(const struct xmp_spawn_args *a, struct xmp_error *err)
+{
+    if (a->inherited_nofile != NULL && setrlimit(RLIMIT_NOFILE, a->inherited_nofile) < 0)
+        return xmp_error_set(err, errno, "setrlimit(RLIMIT_NOFILE)");
+    return 0;
+}
+
+/* After execve failed with ENOENT on a file that exists, the missing file is the interpreter of
+ * its #! line: say so, rather than "No such file or directory" about a file the user can see.
+ * Runs in the child: stack buffers only. */
+static void
+explain_missing_interpreter(const char *path, const char *shown, struct xmp_error *err)
+{
+    char line[256];
+    ssize_t n;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+
+    if (fd < 0)
+        return;
+    n = read(fd, line, sizeof(line) - 1);
+    close(fd);
+    if (n < 3 || line[0] != '#' || line[1] != '!')
+        return;
+    line[n] = '\0';
+    char *interp = line + 2;
+    interp += strspn(interp, " \t");
+    interp[strcspn(interp, " \t\r\n")] = '\0';
+    if (interp[0] == '\0')
+        xmp_error_set(err, 0, "exec `%s`: its #! line names no interpreter", shown);
+    else if (access(interp, F_OK) < 0)
+        xmp_error_set(err, 0, "exec `%s`: its interpreter `%s` (#! line) was not found", shown,
+                      interp);
+}
+
 static void __attribute__((noreturn)) child_fail(int fd, struct xmp_error *err, int code)
 {
     ssize_t n;
@@ -130,6 +168,8 @@ child_main(const struct xmp_spawn_args *a, int errfd, int gatefd, pid_t parent)
         xmp_error_set(&err, errno, "sched_setaffinity");
         child_fail(errfd, &err, 125);
     }
+    if (restore_inherited_nofile(a, &err) < 0)
+        child_fail(errfd, &err, 125);
     if (a->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
         xmp_error_set(&err, errno, "prctl(PR_SET_NO_NEW_PRIVS)");
         child_fail(errfd, &err, 125);
@@ -155,6 +195,8 @@ child_main(const struct xmp_spawn_args *a, int errfd, int gatefd, pid_t parent)
     execve(a->path, a->argv, a->envp);
     int saved = errno;
     xmp_error_set(&err, saved, "exec `%s`", a->argv[0]);
+    if (saved == ENOENT)
+        explain_missing_interpreter(a->path, a->argv[0], &err);
     child_fail(errfd, &err, saved == ENOENT ? 127 : 126);
 }
 
