@@ -458,8 +458,8 @@ worker_environ(struct xmp_supervisor *sv, const struct xmp_plan_worker *pw)
     return grown;
 }
 
-/* Returns -1 without an error when there is no log file. The name below logs.dir is opened
- * without following a link planted there. */
+/* Opens a log file below logs.dir without following a link planted there; *fd is -1 when the
+ * worker has no log file. */
 static int
 open_log(const char *path, bool truncate, int *fd, struct xmp_error *err)
 {

@@ -405,28 +405,72 @@ Test(files, many_workers_get_the_descriptors_they_need, .timeout = 600)
     e2e_fini(&e);
 }
 
+/* Runs ./NAME in the test directory as one worker: exit 127, and the root cause says want. */
+static void
+expect_interpreter_message(struct e2e *e, const char *name, const char *want)
+{
+    char *spec = NULL;
+
+    cr_assert(asprintf(&spec,
+                       "version: 1\nname: nointerp\nworkers: 1\ndevices: {kind: cpu}\n"
+                       "workdir: '%s'\ncommand: [./%s]\n",
+                       e->dir, name) > 0);
+    e2e_set_spec(e, spec);
+    cr_assert_eq(e2e_run(e, 60, NULL), 127, "stderr:\n%s", e->r.err);
+    e2e_load_report(e);
+    json_t *rc = json_object_get(e->rep, "root_cause");
+    cr_assert_str_eq(e2e_str(rc, "reason"), "failed_to_start");
+    cr_assert_str_eq(e2e_str(rc, "message"), want);
+    e2e_assert_clean(e);
+}
+
 Test(files, missing_interpreter_is_named, .timeout = 120)
 {
     struct e2e e;
-    char *script;
+    char *path, *elf;
+    size_t len = 0;
 
     e2e_init(&e);
-    script = xt_write_file(e.dir, "x.sh", "#!/nonexistent/python\nprint('hi')\n");
-    cr_assert_eq(chmod(script, 0755), 0);
-    free(script);
-    e2e_spec(&e, "version: 1\n"
-                 "name: nointerp\n"
-                 "workers: 1\n"
-                 "devices: {kind: cpu}\n"
-                 "workdir: '%2$s'\n"
-                 "command: [./x.sh]\n");
-    cr_assert_eq(e2e_run(&e, 60, NULL), 127, "stderr:\n%s", e.r.err);
-    e2e_load_report(&e);
-    json_t *rc = json_object_get(e.rep, "root_cause");
-    cr_assert_str_eq(e2e_str(rc, "reason"), "failed_to_start");
-    cr_assert_str_eq(e2e_str(rc, "message"),
-                     "worker 0 (cpu) could not start: exec `./x.sh`: its interpreter "
-                     "`/nonexistent/python` (#! line) was not found");
-    e2e_assert_clean(&e);
+    path = xt_write_file(e.dir, "x.sh", "#!/nonexistent/python\nprint('hi')\n");
+    cr_assert_eq(chmod(path, 0755), 0);
+    free(path);
+    expect_interpreter_message(&e, "x.sh",
+                               "worker 0 (cpu) could not start: exec `./x.sh`: its interpreter "
+                               "`/nonexistent/python` (#! line) was not found");
+
+    path = xt_write_file(e.dir, "crlf.sh", "#!/bin/sh\r\necho hi\r\n");
+    cr_assert_eq(chmod(path, 0755), 0);
+    free(path);
+    expect_interpreter_message(&e, "crlf.sh",
+                               "worker 0 (cpu) could not start: exec `./crlf.sh`: its #! line ends "
+                               "in a carriage return (Windows line endings), so its interpreter "
+                               "`/bin/sh\\r` was not found");
+
+    /* A copy of the probe whose dynamic loader's name was changed to one that does not exist. */
+    FILE *f = fopen(xt_probe(), "rb");
+    cr_assert_not_null(f);
+    elf = malloc(1 << 20);
+    len = fread(elf, 1, 1 << 20, f);
+    fclose(f);
+    char *ld = memmem(elf, len, "/ld-linux", 9);
+    cr_assert_not_null(ld, "no ld-linux loader named in the probe");
+    ld[1] = 'X';
+    path = e2e_path(&e, "noloader");
+    f = fopen(path, "wb");
+    cr_assert_eq(fwrite(elf, 1, len, f), len);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0755), 0);
+    char want[512];
+    size_t ld_len = strlen(ld);
+    char *start = ld;
+    while (start > elf && start[-1] != '\0')
+        start--;
+    snprintf(want, sizeof(want),
+             "worker 0 (cpu) could not start: exec `./noloader`: its ELF interpreter `%.*s` (the "
+             "dynamic loader) was not found",
+             (int)(ld - start + ld_len), start);
+    expect_interpreter_message(&e, "noloader", want);
+    free(path);
+    free(elf);
     e2e_fini(&e);
 }
