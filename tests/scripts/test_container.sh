@@ -20,7 +20,7 @@ cannot() {
 [ -x "$xpodman" ] || cannot "no Podman wrapper at $xpodman (run ../shared/tools/podman-setup.sh)"
 command -v flock >/dev/null || cannot "flock is missing"
 if [ -z "${XMP_PODMAN_LOCKED:-}" ]; then
-    XMP_PODMAN_LOCKED=1 exec flock /tmp/xmp-podman.lock "$0" "$@"
+    XMP_PODMAN_LOCKED=1 exec flock -o -w 300 -E 75 /tmp/xmp-podman.lock "$0" "$@"
 fi
 [ "$build" = "$(cd "$src" && pwd)/build" ] ||
     { echo "FAIL: the README's commands use build/, but this build is $build"; exit 1; }

@@ -21,7 +21,9 @@ cannot() {
 }
 command -v sbatch >/dev/null || cannot "Slurm is not installed (run ../shared/tools/slurm-setup.sh)"
 if [ -z "${XMP_SLURM_LOCKED:-}" ]; then
-    XMP_SLURM_LOCKED=1 exec flock /tmp/xmp-slurm.lock "$0" "$@"
+    # -o: the lock stays with flock, not with anything the test starts; -w: a holder that never
+    # lets go fails the test instead of hanging it.
+    XMP_SLURM_LOCKED=1 exec flock -o -w 300 -E 75 /tmp/xmp-slurm.lock "$0" "$@"
 fi
 if [ -z "${SLURM_CONF:-}" ] && [ -x "$setup" ]; then
     eval "$("$setup" env 2>/dev/null | grep '^export SLURM_CONF=')"
@@ -56,10 +58,12 @@ readme=$src/examples/slurm/README.md
 script=$(awk '/^```sh$/ {f = 1; next} /^```$/ {f = 0} f' "$readme")
 [ -n "$script" ] || { echo "FAIL: no sh blocks in $readme"; exit 1; }
 log=$work/log
-(cd "$src" && XMPRUN_HOST_ROOT=$host PATH="$build:$PATH" bash -c "$script") >"$log" 2>&1
-cat "$log"
 status=0
 fail() { echo "FAIL: $*"; status=1; }
+# (a bound for a busy node, not a timing: the job takes seconds)
+(cd "$src" && XMPRUN_HOST_ROOT=$host PATH="$build:$PATH" timeout 240 bash -c "$script") >"$log" 2>&1 ||
+    [ $? != 124 ] || { fail "the README's commands did not end in 240 s"; squeue; scancel --name=slurm-demo; }
+cat "$log"
 grep -qx 'exit status 0' "$log" || fail "sbatch --wait did not exit 0"
 grep -q '^\[0\] rank 0 of 2 (node 0): CUDA_VISIBLE_DEVICES=0 MASTER_ADDR=.*:29500$' "$log" ||
     fail "worker 0 did not get GPU 0 of the allocation"
