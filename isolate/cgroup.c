@@ -91,18 +91,35 @@ add_hier(struct xmp_cg_layout *l, const char *proc, const char *mountinfo, const
          unsigned bit, struct xmp_error *err)
 {
     struct xmp_cg_hier *h = &l->h[l->n];
-    char path[XMP_CG_PATH], root[XMP_CG_PATH];
+    char path[XMP_CG_PATH];
 
-    if (xmp_cgroup_parse_proc(proc, ctrl ? ctrl : "", path, sizeof(path), NULL, err) < 0)
+    int id = -1;
+
+    if (xmp_cgroup_parse_proc(proc, ctrl ? ctrl : "", path, sizeof(path), &id, err) < 0)
         return -1;
-    if (xmp_cgroup_parse_mountinfo(mountinfo, ctrl, h->mount, sizeof(h->mount), root, sizeof(root),
-                                   err) < 0)
+    /* The controller list of that line ("cpu,cpuacct"), the hierarchy's name in the report. */
+    for (const char *p = proc; ctrl != NULL && p != NULL && *p;
+         p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        char *end = NULL;
+        if (strtol(p, &end, 10) == id && *end == ':') {
+            size_t len = strcspn(end + 1, ":\n");
+            snprintf(h->name, sizeof(h->name), "%.*s", (int)len, end + 1);
+            break;
+        }
+    }
+    if (xmp_cgroup_parse_mountinfo(mountinfo, ctrl, h->mount, sizeof(h->mount), h->root,
+                                   sizeof(h->root), err) < 0)
         return -1;
     xmp_cgroup_own_normalize(path);
+    snprintf(h->proc, sizeof(h->proc), "%s", path);
     /* own is kept relative to the mount root, which is what libcgroup's names are relative to:
      * in a cgroup namespace or a container's bind mount that is not the same as path. */
-    if (xmp_cgroup_join("", root, path, h->own, sizeof(h->own), err) < 0)
-        return -1;
+    if (xmp_cgroup_join("", h->root, path, h->own, sizeof(h->own), NULL) < 0)
+        return xmp_error_set(err, ENOENT,
+                             "xmprun's cgroup %s is not below the root %s of the hierarchy "
+                             "mounted at %s: that mount shows another part of the tree (made in "
+                             "another cgroup namespace?); mount the hierarchy from this namespace",
+                             path, h->root, h->mount);
     if (h->own[0] == '\0')
         strcpy(h->own, "/");
     h->v2 = ctrl == NULL;
@@ -154,6 +171,27 @@ load_layout(enum xmp_cgroup_mode mode, struct xmp_cg_layout *l, struct xmp_error
             strcpy(l->h[l->unified].lc_ctrl, "memory");
     }
     return 0;
+}
+
+/* libcgroup 2.0.2 reads /proc/mounts once (cgroup_init) and takes the first mount of each
+ * controller. In a private mount namespace that lists cgroup mounts hidden under later ones
+ * (a tmpfs over /sys/fs/cgroup, then fresh mounts) its scan fails (a hidden cgroup2 mount point
+ * has no cgroup.controllers) or picks a mount point that is no longer there. The layout holds
+ * the mount visible at each path (from mountinfo); where libcgroup's differs, or its scan
+ * failed, that hierarchy's files are handled directly. */
+static void
+use_visible_mounts(struct xmp_cg_layout *l, bool lc_ok)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        struct xmp_cg_hier *h = &l->h[i];
+        char *lc_mount = NULL;
+
+        if (h->lc_ctrl[0] == '\0')
+            continue;
+        h->direct = !lc_ok || cgroup_get_subsys_mount_point(h->lc_ctrl, &lc_mount) != 0 ||
+                    lc_mount == NULL || strcmp(lc_mount, h->mount) != 0;
+        free(lc_mount);
+    }
 }
 
 /* ---- objects ---- */
@@ -266,15 +304,20 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
     if (strchr(name, '/') != NULL || name[0] == '.' || name[0] == '\0')
         return xmp_error_set(err, EINVAL, "cgroup: bad job cgroup name \"%s\"", name);
     ret = cgroup_init();
-    if (ret != 0)
-        return xmp_cg_lcerror(err, ret, "cgroup_init: read mounts for", "/proc/mounts");
     layout = calloc(1, sizeof(*layout));
     if (layout == NULL)
         return xmp_error_set(err, ENOMEM, "cgroup layout");
     if (load_layout(mode, layout, err) < 0) {
         free(layout);
+        if (ret != 0 && err != NULL) {
+            /* Neither libcgroup nor the visible mounts give a usable layout: both reasons. */
+            struct xmp_error lc = {0};
+            xmp_cg_lcerror(&lc, ret, "libcgroup: read mounts for", "/proc/mounts");
+            xmp_error_wrap(err, "cgroup layout (%s)", lc.msg);
+        }
         return -1;
     }
+    use_visible_mounts(layout, ret == 0);
     for (size_t i = 0; i < layout->n; i++) {
         char base[XMP_CG_PATH];
         own_dir(&layout->h[i], base, sizeof(base));
@@ -462,7 +505,7 @@ int
 xmp_cgroup_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st,
                       struct xmp_error *err)
 {
-    st->memory_peak = st->oom_kills = st->user_usec = st->system_usec = -1;
+    st->memory_peak = st->oom_kills = st->user_usec = st->system_usec = st->pids_hits = -1;
     return cg->ops->read_stats(cg, st, err);
 }
 

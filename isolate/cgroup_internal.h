@@ -25,7 +25,13 @@ struct xmp_cg_hier {
     unsigned ctrls;   /* XMP_CG_* bits of this hierarchy (v1); what is enabled (v2) */
     char lc_ctrl[16]; /* the controller name libcgroup knows the hierarchy by; "" = none */
     char mount[XMP_CG_PATH];
-    char own[XMP_CG_PATH]; /* xmprun's own cgroup, relative to the hierarchy's root ("/..") */
+    char root[XMP_CG_PATH]; /* the mount's root in the hierarchy (mountinfo field 4) */
+    char own[XMP_CG_PATH];  /* xmprun's own cgroup, relative to the hierarchy's root ("/..") */
+    char proc[XMP_CG_PATH]; /* xmprun's own cgroup as /proc/self/cgroup shows it */
+    char name[64];          /* the controllers as /proc/self/cgroup lists them; "" for cgroup2 */
+    /* libcgroup cannot be used for this hierarchy (its mount scan failed, or it picked a
+     * mount that is not the visible one): its files are created, written and read directly. */
+    bool direct;
 };
 
 /* What the kernel offers, learned once when the job is created (so that a worker costs no extra

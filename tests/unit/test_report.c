@@ -31,6 +31,7 @@ add_worker(struct xmp_report *r, enum xmp_worker_state state, int exit_code, int
     w->exit_code = exit_code;
     w->signal = sig;
     w->memory_limit = w->memory_peak = w->oom_kills = w->job_memory_limit = -1;
+    w->oom_limit = w->pids_limit = w->job_pids_limit = w->pids_hits = -1;
     w->started_at.tv_sec = 1700000000;
     w->ended_at.tv_sec = 1700000000 + ended_ns / 1000000000;
     w->ended_mono_ns = ended_ns;

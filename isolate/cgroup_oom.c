@@ -1,0 +1,248 @@
+/* cgroups, what the kernel says about limits: which cgroup's memory limit fired for an OOM kill
+ * (the job's own cgroups and the enclosing ones xmprun did not create), the smallest enclosing
+ * limit, and the job's path in each hierarchy for the report. */
+#include "isolate/cgroup.h"
+#include "isolate/cgroup_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* v1 reports "no limit" as PAGE_COUNTER_MAX pages (about 2^63 bytes). */
+#define UNLIMITED_FROM (INT64_C(1) << 62)
+
+struct level {
+    const struct xmp_cgroup *cg; /* NULL above the job */
+    char dir[XMP_CG_PATH];
+};
+
+/* The hierarchy that holds the memory controller: the unified one, else v1 memory. */
+static int
+memory_hier(const struct xmp_cg_layout *l)
+{
+    if (l->mode == XMP_CGROUP_MODE_UNIFIED)
+        return l->unified;
+    for (size_t i = 0; i < l->n; i++)
+        if (!l->h[i].v2 && (l->h[i].ctrls & XMP_CG_MEMORY))
+            return (int)i;
+    return -1;
+}
+
+static int64_t
+read_int(const char *dir, const char *file)
+{
+    char buf[64];
+
+    if (xmp_cg_read(dir, file, buf, sizeof(buf), NULL) < 0)
+        return -1;
+    if (strncmp(buf, "max", 3) == 0)
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(buf, &end, 10);
+    return end == buf || errno != 0 || v < 0 ? -1 : (int64_t)v;
+}
+
+/* The memory limit of one level in bytes, -1 for none. */
+static int64_t
+level_limit(const struct xmp_cg_hier *h, const char *dir)
+{
+    int64_t v = read_int(dir, h->v2 ? "memory.max" : "memory.limit_in_bytes");
+
+    return v >= UNLIMITED_FROM ? -1 : v;
+}
+
+/* 1 when the high watermark of a v1 counter reached its limit (within one charge batch, 64
+ * pages, which a charge may fall short by), else 0. */
+static int64_t
+v1_at_limit(const char *dir, const char *usage, const char *limit)
+{
+    int64_t max = read_int(dir, usage), lim = read_int(dir, limit);
+
+    return max >= 0 && lim >= 0 && lim < UNLIMITED_FROM && max + 64 * 4096 >= lim ? 1 : 0;
+}
+
+/* A count that grows when this level's limit is hit (see struct xmp_cgroup_oom_snap). v2:
+ * memory.events "oom". v1 counts a hit in memory.failcnt, but since Linux 6.14 only for the
+ * memory counter, not for memsw (memory plus swap), which is charged first: with swap: 0 both
+ * limits are equal and memsw fires, unseen. So a watermark that reached its limit counts as a
+ * hit too (it never goes down: xmprun resets none). */
+static int64_t
+level_count(const struct xmp_cg_hier *h, const char *dir)
+{
+    char buf[512];
+
+    if (h->v2) {
+        if (xmp_cg_read(dir, "memory.events.local", buf, sizeof(buf), NULL) < 0 &&
+            xmp_cg_read(dir, "memory.events", buf, sizeof(buf), NULL) < 0)
+            return -1;
+        return xmp_cg_keyed(buf, "oom");
+    }
+    int64_t mem = read_int(dir, "memory.failcnt"), memsw = read_int(dir, "memory.memsw.failcnt");
+    if (mem < 0)
+        return -1;
+    return mem + (memsw > 0 ? memsw : 0) +
+           v1_at_limit(dir, "memory.max_usage_in_bytes", "memory.limit_in_bytes") +
+           v1_at_limit(dir, "memory.memsw.max_usage_in_bytes", "memory.memsw.limit_in_bytes");
+}
+
+/* The levels of cg's chain in the memory hierarchy: cg and its parents that have a memory
+ * directory, then xmprun's own cgroup and its ancestors up to the mount's root. On v1 a cgroup
+ * counts its children's memory only with memory.use_hierarchy 1 (always, since Linux 5.16): the
+ * chain stops below the first that does not. */
+static size_t
+chain(const struct xmp_cgroup *cg, struct level *lv, size_t max)
+{
+    const struct xmp_cg_layout *l = cg->layout;
+    int m = memory_hier(l);
+    size_t n = 0;
+    char dir[XMP_CG_PATH];
+
+    if (m < 0)
+        return 0;
+    const struct xmp_cg_hier *h = &l->h[m];
+    for (const struct xmp_cgroup *c = cg; c != NULL && n < max; c = c->parent) {
+        if (!(c->own & (1u << m)))
+            continue;
+        lv[n].cg = c;
+        snprintf(lv[n].dir, sizeof(lv[n].dir), "%s", c->dir[m]);
+        n++;
+    }
+    if (snprintf(dir, sizeof(dir), "%s%s", h->mount, strcmp(h->own, "/") == 0 ? "" : h->own) >=
+        (int)sizeof(dir))
+        return n;
+    while (n < max) {
+        char uh[8];
+        if (!h->v2 && xmp_cg_read(dir, "memory.use_hierarchy", uh, sizeof(uh), NULL) == 0 &&
+            uh[0] == '0')
+            break;
+        lv[n].cg = NULL;
+        snprintf(lv[n].dir, sizeof(lv[n].dir), "%s", dir);
+        n++;
+        if (strcmp(dir, h->mount) == 0 || strlen(dir) <= strlen(h->mount))
+            break;
+        char up[XMP_CG_PATH];
+        xmp_cg_parent_dir(dir, up, sizeof(up));
+        snprintf(dir, sizeof(dir), "%s", up);
+    }
+    return n;
+}
+
+/* An enclosing level's path as /proc/self/cgroup shows it: the mount's root plus the
+ * directory's place below the mount point. */
+static void
+proc_path(const struct xmp_cg_hier *h, const char *dir, char *buf, size_t size)
+{
+    const char *rel = dir + strlen(h->mount);
+
+    if (strcmp(h->root, "/") == 0)
+        snprintf(buf, size, "%s", rel[0] ? rel : "/");
+    else
+        snprintf(buf, size, "%s%s", h->root, rel);
+}
+
+void
+xmp_cgroup_oom_snapshot(const struct xmp_cgroup *cg, struct xmp_cgroup_oom_snap *snap)
+{
+    struct level lv[XMP_CGROUP_MAX_LEVELS];
+    int m = memory_hier(cg->layout);
+
+    snap->n = chain(cg, lv, XMP_CGROUP_MAX_LEVELS);
+    for (size_t i = 0; i < snap->n; i++)
+        snap->count[i] = level_count(&cg->layout->h[m], lv[i].dir);
+}
+
+bool
+xmp_cgroup_oom_site(const struct xmp_cgroup *cg, const struct xmp_cgroup_oom_snap *since,
+                    struct xmp_cgroup_oom_site *site)
+{
+    struct level lv[XMP_CGROUP_MAX_LEVELS];
+    int m = memory_hier(cg->layout);
+    size_t n = chain(cg, lv, XMP_CGROUP_MAX_LEVELS);
+
+    memset(site, 0, sizeof(*site));
+    site->limit = -1;
+    /* The innermost level whose counter grew: with v2's hierarchical memory.events the level
+     * that fired and all above it grow, never the ones below it. A level without a limit
+     * cannot have fired. */
+    for (size_t i = 0; i < n && i < since->n; i++) {
+        const struct xmp_cg_hier *h = &cg->layout->h[m];
+        int64_t now, limit;
+        if (since->count[i] < 0 || (now = level_count(h, lv[i].dir)) <= since->count[i] ||
+            (limit = level_limit(h, lv[i].dir)) < 0)
+            continue;
+        site->cg = lv[i].cg;
+        site->enclosing = lv[i].cg == NULL;
+        site->limit = limit;
+        if (site->enclosing)
+            proc_path(h, lv[i].dir, site->path, sizeof(site->path));
+        return true;
+    }
+    return false;
+}
+
+bool
+xmp_cgroup_enclosing_limit(const struct xmp_cgroup *job, int64_t *limit, char *path, size_t size)
+{
+    struct level lv[XMP_CGROUP_MAX_LEVELS];
+    int m = memory_hier(job->layout);
+    size_t n = chain(job, lv, XMP_CGROUP_MAX_LEVELS);
+    bool found = false;
+
+    *limit = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (lv[i].cg != NULL)
+            continue;
+        int64_t v = level_limit(&job->layout->h[m], lv[i].dir);
+        if (v >= 0 && (!found || v < *limit)) {
+            *limit = v;
+            proc_path(&job->layout->h[m], lv[i].dir, path, size);
+            found = true;
+        }
+    }
+    return found;
+}
+
+size_t
+xmp_cgroup_paths(const struct xmp_cgroup *cg, struct xmp_cgroup_hier_path *out, size_t max)
+{
+    const struct xmp_cg_layout *l = cg->layout;
+    size_t n = 0;
+
+    for (size_t i = 0; i < l->n && n < max; i++) {
+        const struct xmp_cg_hier *h = &l->h[i];
+        if (!(cg->own & (1u << i)))
+            continue;
+        snprintf(out[n].hier, sizeof(out[n].hier), "%s", h->v2 ? "unified" : h->name);
+        if (snprintf(out[n].path, sizeof(out[n].path), "%s/%s",
+                     strcmp(h->proc, "/") == 0 ? "" : h->proc, cg->rel) >= (int)sizeof(out[n].path))
+            continue; /* too long for the report: left out rather than cut */
+        n++;
+    }
+    return n;
+}
+
+const char *
+xmp_cgroup_owner_kind(const char *path)
+{
+    static const char *const containers[] = {"libpod",   "docker",        "containerd", "crio-",
+                                             "kubepods", "machine.slice", "lxc"};
+    const char *last = strrchr(path, '/');
+    size_t ll;
+
+    for (size_t i = 0; i < sizeof(containers) / sizeof(containers[0]); i++)
+        if (strstr(path, containers[i]) != NULL)
+            return "container";
+    if (strstr(path, "/step_") != NULL)
+        return "Slurm step";
+    if (strstr(path, "/job_") != NULL)
+        return "Slurm job";
+    last = last != NULL ? last + 1 : path;
+    ll = strlen(last);
+    if ((ll > 8 && strcmp(last + ll - 8, ".service") == 0) ||
+        (ll > 6 && strcmp(last + ll - 6, ".scope") == 0) ||
+        (ll > 6 && strcmp(last + ll - 6, ".slice") == 0))
+        return "systemd unit";
+    return "cgroup";
+}
