@@ -263,3 +263,57 @@ Test(oom, hidden_cgroup_mounts_are_skipped, .timeout = 120)
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
+
+/* The same in a real container: xmprun as the ENTRYPOINT of a Podman container started with
+ * --memory=128m (the binary, its libraries and the probe bind-mounted). Needs the shared Podman
+ * set up by ../shared/tools/podman-setup.sh; skipped loudly without it. */
+Test(oom, podman_memory_limit_is_named, .timeout = 180)
+{
+    static const char xpodman[] = "/tmp/xmp-real/bin/xpodman";
+    struct e2e e;
+    if (!e2e_can_cgroup())
+        cr_skip_test("needs root or a delegated cgroup");
+    /* podman-setup.sh sets Podman up for the hybrid host, not for the v2 guest. */
+    if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0)
+        cr_skip_test("SKIPPED: Podman is set up on the hybrid host only, not on pure v2");
+    if (access(xpodman, X_OK) != 0)
+        cr_skip_test("SKIPPED: no Podman at %s (run ../shared/tools/podman-setup.sh)", xpodman);
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: podoom\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'if [ \"$RANK\" = 1 ]; then exec /job/probe alloc 512; fi; "
+                 "exec /job/probe sleep 60'\n"
+                 "resources: {worker: {memory: 1Gi, swap: 0}}\n"
+                 "on_failure: {grace: 5s}\n");
+    char *script = NULL;
+    cr_assert_eq(
+        asprintf(&script,
+                 "mkdir -p \"$DIR/lib\" && cp '%s' \"$DIR/probe\" || exit 90\n"
+                 /* The image is a minimal Debian without xmprun's libraries: the host's, of the
+                  * same release. */
+                 "for l in $(ldd \"$XMPRUN\" | sed -n 's/.*=> \\(\\/[^ ]*\\).*/\\1/p'); do\n"
+                 "  cp \"$l\" \"$DIR/lib/\" || exit 91; done\n"
+                 "exec flock -w 120 /tmp/xmp-podman.lock %s run --rm --memory=128m --privileged "
+                 "-v \"$XMPRUN:/usr/local/bin/xmprun:ro\" -v \"$DIR:/job\" "
+                 "-e LD_LIBRARY_PATH=/job/lib localhost/xmp-base-ep --report /job/report.json "
+                 "/job/job.yaml\n",
+                 xt_probe(), xpodman) > 0,
+        1);
+    int status = e2e_sh(&e, 150, script);
+    free(script);
+    cr_assert_eq(status, 137, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    assert_oom_at(&e, 1, "enclosing");
+    const char *msg = e2e_str(json_object_get(e.rep, "root_cause"), "message");
+    cr_assert_not_null(strstr(msg, "worker 1 (cpu) was killed by the kernel OOM killer at the "
+                                   "enclosing cgroup's 128.0 MiB limit (container /"),
+                       "%s", msg);
+    cr_assert_not_null(strstr(msg, "/libpod-"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "); its own limit is 1.0 GiB"), "%s", msg);
+    cr_assert_not_null(strstr(e.r.err, "xmprun: warning: the worker memory limit 1.0 GiB is larger "
+                                       "than the enclosing cgroup's 128.0 MiB limit (container /"),
+                       "stderr:\n%s", e.r.err);
+    e2e_fini(&e);
+}
