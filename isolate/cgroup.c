@@ -251,6 +251,7 @@ check_absent(const struct xmp_cgroup *cg, struct xmp_error *err)
 static void
 free_cgroup(struct xmp_cgroup *cg)
 {
+    xmp_cg_oom_unwatch(cg);
     if (cg->dirfd >= 0)
         close(cg->dirfd);
     if (cg->owns_layout)
@@ -347,6 +348,7 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
         free_cgroup(cg);
         return -1;
     }
+    xmp_cg_oom_watch(cg);
     *out = cg;
     return 0;
 }
@@ -384,6 +386,7 @@ xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
         free_cgroup(cg);
         return xmp_error_wrap(err, "cgroup %s", name);
     }
+    xmp_cg_oom_watch(cg);
     parent->children[parent->nchildren++] = cg;
     *out = cg;
     return 0;

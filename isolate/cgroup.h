@@ -102,11 +102,15 @@ int xmp_cgroup_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *
  * count per level that grows when that level's limit is hit: v2 memory.events.local "oom"
  * (memory.events "oom", counted up the tree, before 5.2); v1 memory.failcnt and
  * memory.memsw.failcnt, plus one for each high watermark that reached its limit. The limit
- * that fired is the innermost level whose count grew. */
+ * that fired is the innermost level whose count grew. On v1 the job, the zygote and the
+ * enclosing cgroups are also watched for OOM notifications (memory.oom_control through
+ * cgroup.event_control), which are exact: the outermost watched level notified since the
+ * snapshot wins over the counts, which page-cache reclaim at a limit also makes grow. */
 #define XMP_CGROUP_MAX_LEVELS 24
 struct xmp_cgroup_oom_snap {
     size_t n;
     int64_t count[XMP_CGROUP_MAX_LEVELS]; /* -1 where the kernel has no counter */
+    int64_t notes[XMP_CGROUP_MAX_LEVELS]; /* v1 OOM notifications so far; -1: not watched */
 };
 
 struct xmp_cgroup_oom_site {

@@ -52,12 +52,27 @@ struct xmp_cg_caps {
     char mems[256];     /* v1 cpuset.mems / v2 cpuset.mems.effective of the job */
 };
 
+/* v1 OOM notifications (an eventfd registered in cgroup.event_control for memory.oom_control):
+ * the kernel signals it when that memory cgroup or one above it runs out of memory, and never
+ * for page-cache reclaim at a limit, which is all that failcnt sees. Watched: the job, a
+ * cgroup of xmprun's with children of its own (the zygote), and the enclosing cgroups; a
+ * worker's own limit is what is left when none of them fired. See cgroup_oom.c. */
+#define XMP_CG_MAX_WATCH 24
+struct xmp_cg_oom_watch {
+    const struct xmp_cgroup *cg; /* NULL for an enclosing cgroup */
+    int efd;
+    int64_t count; /* notifications read so far */
+    char dir[XMP_CG_PATH];
+};
+
 struct xmp_cg_layout {
     enum xmp_cgroup_mode mode;
     size_t n;
     int unified; /* index of the cgroup2 hierarchy, or -1 */
     struct xmp_cg_hier h[XMP_CG_MAX_HIER];
     struct xmp_cg_caps caps;
+    struct xmp_cg_oom_watch watch[XMP_CG_MAX_WATCH];
+    size_t n_watch;
 };
 
 struct xmp_cg_ops;
@@ -93,6 +108,13 @@ struct xmp_cg_ops {
 
 extern const struct xmp_cg_ops xmp_cg_v1_ops;
 extern const struct xmp_cg_ops xmp_cg_v2_ops;
+
+/* Starts the v1 OOM watches a new cgroup needs (cgroup_oom.c): for the job, the job and the
+ * enclosing cgroups; for a child, its parent when that is not the job. Best effort: without a
+ * watch the attribution falls back to failcnt and watermarks. */
+void xmp_cg_oom_watch(struct xmp_cgroup *cg);
+/* Closes the watches of cg (all of them for the job, which owns the layout). */
+void xmp_cg_oom_unwatch(struct xmp_cgroup *cg);
 
 /* Shared helpers (cgroup_fs.c). */
 int xmp_cg_write(const char *dir, const char *file, const char *value, struct xmp_error *err);

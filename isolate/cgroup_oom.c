@@ -5,9 +5,12 @@
 #include "isolate/cgroup_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 /* v1 reports "no limit" as PAGE_COUNTER_MAX pages (about 2^63 bytes). */
 #define UNLIMITED_FROM (INT64_C(1) << 62)
@@ -142,6 +145,89 @@ proc_path(const struct xmp_cg_hier *h, const char *dir, char *buf, size_t size)
         snprintf(buf, size, "%s%s", h->root, rel);
 }
 
+/* ---- v1 OOM notifications ---- */
+
+static void
+watch_dir(struct xmp_cg_layout *l, const struct xmp_cgroup *cg, const char *dir)
+{
+    char ctl[64];
+    int ofd, efd;
+
+    for (size_t i = 0; i < l->n_watch; i++)
+        if (strcmp(l->watch[i].dir, dir) == 0)
+            return;
+    if (l->n_watch == XMP_CG_MAX_WATCH || strlen(dir) >= sizeof(l->watch[0].dir))
+        return;
+    char path[XMP_CG_PATH + 32];
+    snprintf(path, sizeof(path), "%s/memory.oom_control", dir);
+    if ((ofd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return;
+    efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    snprintf(ctl, sizeof(ctl), "%d %d", efd, ofd);
+    /* The kernel keeps what it needs of the control file; the eventfd carries the watch. */
+    if (efd < 0 || xmp_cg_write(dir, "cgroup.event_control", ctl, NULL) < 0) {
+        if (efd >= 0)
+            close(efd);
+        close(ofd);
+        return;
+    }
+    close(ofd);
+    struct xmp_cg_oom_watch *w = &l->watch[l->n_watch++];
+    w->cg = cg;
+    w->efd = efd;
+    w->count = 0;
+    snprintf(w->dir, sizeof(w->dir), "%s", dir);
+}
+
+void
+xmp_cg_oom_watch(struct xmp_cgroup *cg)
+{
+    struct xmp_cg_layout *l = cg->layout;
+    struct level lv[XMP_CGROUP_MAX_LEVELS];
+    int m = memory_hier(l);
+
+    if (m < 0 || l->h[m].v2)
+        return;
+    if (cg->parent == NULL) {
+        size_t n = chain(cg, lv, XMP_CGROUP_MAX_LEVELS);
+        for (size_t i = 0; i < n; i++)
+            watch_dir(l, lv[i].cg, lv[i].dir);
+    } else if (cg->parent->parent != NULL && (cg->parent->own & (1u << m))) {
+        watch_dir(l, cg->parent, cg->parent->dir[m]);
+    }
+}
+
+void
+xmp_cg_oom_unwatch(struct xmp_cgroup *cg)
+{
+    struct xmp_cg_layout *l = cg->layout;
+
+    for (size_t i = 0; l != NULL && i < l->n_watch;) {
+        if (l->watch[i].cg == cg || cg->owns_layout) {
+            close(l->watch[i].efd);
+            l->watch[i] = l->watch[--l->n_watch];
+        } else {
+            i++;
+        }
+    }
+}
+
+/* The notifications of the watch on dir so far (read now), or -1 when dir is not watched. */
+static int64_t
+level_notes(struct xmp_cg_layout *l, const char *dir)
+{
+    for (size_t i = 0; i < l->n_watch; i++) {
+        struct xmp_cg_oom_watch *w = &l->watch[i];
+        eventfd_t v;
+        if (strcmp(w->dir, dir) != 0)
+            continue;
+        while (eventfd_read(w->efd, &v) == 0)
+            w->count += (int64_t)v;
+        return w->count;
+    }
+    return -1;
+}
+
 void
 xmp_cgroup_oom_snapshot(const struct xmp_cgroup *cg, struct xmp_cgroup_oom_snap *snap)
 {
@@ -149,8 +235,10 @@ xmp_cgroup_oom_snapshot(const struct xmp_cgroup *cg, struct xmp_cgroup_oom_snap 
     int m = memory_hier(cg->layout);
 
     snap->n = chain(cg, lv, XMP_CGROUP_MAX_LEVELS);
-    for (size_t i = 0; i < snap->n; i++)
+    for (size_t i = 0; i < snap->n; i++) {
         snap->count[i] = level_count(&cg->layout->h[m], lv[i].dir);
+        snap->notes[i] = level_notes(cg->layout, lv[i].dir);
+    }
 }
 
 bool
@@ -163,23 +251,31 @@ xmp_cgroup_oom_site(const struct xmp_cgroup *cg, const struct xmp_cgroup_oom_sna
 
     memset(site, 0, sizeof(*site));
     site->limit = -1;
-    /* The innermost level whose counter grew: with v2's hierarchical memory.events the level
-     * that fired and all above it grow, never the ones below it. A level without a limit
-     * cannot have fired. */
-    for (size_t i = 0; i < n && i < since->n; i++) {
-        const struct xmp_cg_hier *h = &cg->layout->h[m];
-        int64_t now, limit;
-        if (since->count[i] < 0 || (now = level_count(h, lv[i].dir)) <= since->count[i] ||
-            (limit = level_limit(h, lv[i].dir)) < 0)
-            continue;
-        site->cg = lv[i].cg;
-        site->enclosing = lv[i].cg == NULL;
-        site->limit = limit;
-        if (site->enclosing)
-            proc_path(h, lv[i].dir, site->path, sizeof(site->path));
-        return true;
+    /* v1 with watches: a notification reaches the cgroup that ran out of memory and every
+     * cgroup below it, so the outermost watched level that got one is where the limit fired. */
+    size_t at = n;
+    for (size_t i = 0; i < n && i < since->n; i++)
+        if (since->notes[i] >= 0 && level_notes(cg->layout, lv[i].dir) > since->notes[i])
+            at = i;
+    /* Otherwise the innermost level whose count grew: with v2's hierarchical memory.events
+     * the level that fired and all above it grow, never the ones below it. A level without a
+     * limit cannot have fired, nor a watched one that got no notification. */
+    for (size_t i = 0; at == n && i < n && i < since->n; i++) {
+        int64_t now;
+        if (since->count[i] >= 0 && since->notes[i] < 0 &&
+            (now = level_count(&cg->layout->h[m], lv[i].dir)) > since->count[i] &&
+            level_limit(&cg->layout->h[m], lv[i].dir) >= 0)
+            at = i;
     }
-    return false;
+    if (at == n)
+        return false;
+    const struct xmp_cg_hier *h = &cg->layout->h[m];
+    site->cg = lv[at].cg;
+    site->enclosing = lv[at].cg == NULL;
+    site->limit = level_limit(h, lv[at].dir);
+    if (site->enclosing)
+        proc_path(h, lv[at].dir, site->path, sizeof(site->path));
+    return true;
 }
 
 bool

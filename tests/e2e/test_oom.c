@@ -80,6 +80,39 @@ Test(oom, job_limit_is_named_when_workers_have_their_own, .timeout = 120)
     e2e_fini(&e);
 }
 
+/* On v1 page cache filling a worker's own limit makes its failcnt and watermark look like a hit
+ * at that limit; the job's OOM notification says where the limit really fired. Worker 0 writes
+ * 200 MiB through its 100Mi limit (clean page cache, reclaimed), then both fill the job's 150Mi,
+ * and the OOM killer takes worker 0, the larger one. */
+Test(oom, page_cache_at_the_worker_limit_is_not_an_oom_there, .timeout = 120)
+{
+    struct e2e e;
+    if (!e2e_can_cgroup())
+        cr_skip_test("needs root or a delegated cgroup");
+    if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0)
+        cr_skip_test("SKIPPED: a v1 case (v2's memory.events.local has no such ambiguity)");
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: oomcache\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'if [ \"$RANK\" = 0 ]; then "
+                 "dd if=/dev/zero of=%2$s/fill bs=1M count=200 conv=fsync 2>/dev/null && "
+                 "rm %2$s/fill && touch %2$s/filled && exec %1$s alloc 95 60; fi; "
+                 "while [ ! -e %2$s/filled ]; do sleep 0.1; done; exec %1$s alloc 60 60'\n"
+                 /* No swap setting: no memsw limit, so reclaim at the worker's limit counts in
+                  * its memory.failcnt. */
+                 "resources: {job: {memory: 150Mi}, worker: {memory: 100Mi}}\n"
+                 "on_failure: {grace: 5s}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 137, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *rc = json_object_get(e.rep, "root_cause");
+    cr_assert_eq(json_integer_value(json_object_get(rc, "rank")), 0, "%s", e2e_str(rc, "message"));
+    assert_oom_at(&e, 0, "job");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
 /* xmprun runs inside a cgroup it did not create, with a 96Mi limit (as in a container started
  * with --memory=96m): it warns at start that the worker's 1Gi can never be reached, and the OOM
  * kill names the enclosing cgroup, its limit and its path. */
