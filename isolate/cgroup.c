@@ -146,9 +146,15 @@ load_layout(enum xmp_cgroup_mode mode, struct xmp_cg_layout *l, struct xmp_error
         for (size_t i = 0; i < sizeof(v1_ctrls) / sizeof(v1_ctrls[0]); i++) {
             char mnt[XMP_CG_PATH], root[XMP_CG_PATH];
             bool merged = false;
+            struct xmp_error miss = {0};
             if (xmp_cgroup_parse_mountinfo(mountinfo, v1_ctrls[i].name, mnt, sizeof(mnt), root,
-                                           sizeof(root), NULL) < 0)
-                continue; /* not mounted: create reports it when a limit needs it */
+                                           sizeof(root), &miss) < 0) {
+                /* Not mounted: create says so when a limit needs it, and names a mount that
+                 * is there but hidden under another (see note_hidden). */
+                if (l->hidden[0] == '\0' && strstr(miss.msg, " is hidden by ") != NULL)
+                    snprintf(l->hidden, sizeof(l->hidden), "%s", miss.msg);
+                continue;
+            }
             for (size_t j = 0; j < l->n; j++) {
                 if (strcmp(l->h[j].mount, mnt) == 0) {
                     l->h[j].ctrls |= v1_ctrls[i].bit;
@@ -158,8 +164,18 @@ load_layout(enum xmp_cgroup_mode mode, struct xmp_cg_layout *l, struct xmp_error
             if (!merged && add_hier(l, proc, mountinfo, v1_ctrls[i].name, v1_ctrls[i].bit, err) < 0)
                 return xmp_error_wrap(err, "%s hierarchy", v1_ctrls[i].name);
         }
-        if (l->n == 0)
-            return xmp_error_set(err, ENODEV, "no cgroup v1 controller is mounted");
+        if (l->n == 0) {
+            /* A pure v2 machine's cgroup2 mount may be what a tmpfs hides. */
+            struct xmp_error miss = {0};
+            char mnt[XMP_CG_PATH], root[XMP_CG_PATH];
+            if (l->hidden[0] == '\0' &&
+                xmp_cgroup_parse_mountinfo(mountinfo, NULL, mnt, sizeof(mnt), root, sizeof(root),
+                                           &miss) < 0 &&
+                strstr(miss.msg, " is hidden by ") != NULL)
+                snprintf(l->hidden, sizeof(l->hidden), "%s", miss.msg);
+            return xmp_error_set(err, ENODEV, "no cgroup v1 controller is mounted%s%s",
+                                 l->hidden[0] ? "; " : "", l->hidden[0] ? l->hidden : "");
+        }
     }
     if (mode == XMP_CGROUP_MODE_HYBRID || mode == XMP_CGROUP_MODE_UNIFIED) {
         l->unified = (int)l->n;
@@ -192,6 +208,20 @@ use_visible_mounts(struct xmp_cg_layout *l, bool lc_ok)
                     lc_mount == NULL || strcmp(lc_mount, h->mount) != 0;
         free(lc_mount);
     }
+}
+
+/* A controller that a limit needs is not mounted (ENODEV): if its mount is there but hidden
+ * under a later one, that is what the user must fix. */
+static void
+note_hidden(struct xmp_error *err, const struct xmp_cg_layout *l)
+{
+    if (err == NULL || err->errnum != ENODEV || l->hidden[0] == '\0')
+        return;
+    xmp_error_set(err, 0,
+                  "%s (a private mount namespace?), and no other is visible: mount it again, or "
+                  "set isolation.cgroups: optional",
+                  l->hidden);
+    err->errnum = ENODEV;
 }
 
 /* ---- objects ---- */
@@ -338,6 +368,7 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
         return -1;
     }
     if (cg->ops->create(cg, limits, err) < 0) {
+        note_hidden(err, layout);
         /* A delegation can allow mkdir and still refuse a control file (or the reverse). */
         if (err != NULL &&
             (err->errnum == EACCES || err->errnum == EPERM || err->errnum == EROFS)) {
@@ -383,6 +414,7 @@ xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
     if (new_cgroup(parent->layout, parent, rel, &cg, err) < 0)
         return -1;
     if (cg->ops->create(cg, limits, err) < 0) {
+        note_hidden(err, cg->layout);
         free_cgroup(cg);
         return xmp_error_wrap(err, "cgroup %s", name);
     }

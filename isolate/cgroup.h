@@ -145,7 +145,8 @@ size_t xmp_cgroup_paths(const struct xmp_cgroup *cg, struct xmp_cgroup_hier_path
 
 /* A word for what an enclosing cgroup path belongs to, from its name: "container" (libpod,
  * docker, containerd, cri-o, kubepods), "Slurm step", "Slurm job", "systemd unit" (.service,
- * .scope, .slice), else "cgroup". */
+ * .scope, .slice), "cgroup namespace root" for "/" (a container with a cgroup namespace),
+ * else "cgroup". */
 const char *xmp_cgroup_owner_kind(const char *path);
 
 /* The cgroup's path relative to the hierarchy root (the unified one when there is one), for the

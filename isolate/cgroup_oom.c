@@ -327,6 +327,10 @@ xmp_cgroup_owner_kind(const char *path)
     const char *last = strrchr(path, '/');
     size_t ll;
 
+    /* The real root has no limit: a limited "/" is the root of a cgroup namespace, which is
+     * what a container with its own cgroup namespace shows. */
+    if (strcmp(path, "/") == 0)
+        return "cgroup namespace root";
     for (size_t i = 0; i < sizeof(containers) / sizeof(containers[0]); i++)
         if (strstr(path, containers[i]) != NULL)
             return "container";

@@ -269,12 +269,13 @@ xmp_cgroup_parse_mountinfo(const char *text, const char *controller, char *mnt, 
             snprintf(at, sizeof(at), "?");
             snprintf(by, sizeof(by), "?");
         }
-        return xmp_error_set(err, ENOENT,
-                             "mountinfo: the %s mount%s%s at %s is hidden by a later mount at %s, "
-                             "and no %s mount is visible",
-                             controller ? "cgroup" : "cgroup2", controller ? " with " : "",
-                             controller ? controller : "", at, by,
-                             controller ? controller : "cgroup2");
+        /* No strerror: the message says it all, and a caller may add advice to it. */
+        xmp_error_set(err, 0, "the %s mount%s%s at %s is hidden by a later mount at %s",
+                      controller ? "cgroup" : "cgroup2", controller ? " with " : "",
+                      controller ? controller : "", at, by);
+        if (err != NULL)
+            err->errnum = ENOENT;
+        return -1;
     }
     return xmp_error_set(err, ENOENT, "mountinfo: no %s mount%s%s",
                          controller ? "cgroup" : "cgroup2", controller ? " with " : "",
