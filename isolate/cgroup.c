@@ -246,6 +246,7 @@ new_cgroup(struct xmp_cg_layout *layout, struct xmp_cgroup *parent, const char *
     cg->parent = parent;
     cg->dirfd = -1;
     cg->ops = layout->mode == XMP_CGROUP_MODE_UNIFIED ? &xmp_cg_v2_ops : &xmp_cg_v1_ops;
+    cg->mem_limit = cg->memsw_limit = -1;
     if (snprintf(cg->rel, sizeof(cg->rel), "%s", rel) >= (int)sizeof(cg->rel))
         goto too_long;
     for (size_t i = 0; i < layout->n; i++) {
@@ -379,6 +380,8 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
         free_cgroup(cg);
         return -1;
     }
+    cg->mem_limit = limits->memory;
+    cg->memsw_limit = xmp_cgroup_memsw(limits->memory, limits->swap);
     xmp_cg_oom_watch(cg);
     *out = cg;
     return 0;
@@ -418,6 +421,8 @@ xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
         free_cgroup(cg);
         return xmp_error_wrap(err, "cgroup %s", name);
     }
+    cg->mem_limit = limits->memory;
+    cg->memsw_limit = xmp_cgroup_memsw(limits->memory, limits->swap);
     xmp_cg_oom_watch(cg);
     parent->children[parent->nchildren++] = cg;
     *out = cg;

@@ -65,6 +65,14 @@ struct xmp_cg_oom_watch {
     char dir[XMP_CG_PATH];
 };
 
+/* A cgroup above the job that counts its memory (see cgroup_oom.c), learned once per job. */
+#define XMP_CG_MAX_ENCL 16
+struct xmp_cg_encl {
+    int64_t limit;       /* memory.max / memory.limit_in_bytes, -1 for none */
+    int64_t memsw_limit; /* v1 memory.memsw.limit_in_bytes, -1 for none */
+    char dir[XMP_CG_PATH];
+};
+
 struct xmp_cg_layout {
     enum xmp_cgroup_mode mode;
     size_t n;
@@ -74,6 +82,9 @@ struct xmp_cg_layout {
     struct xmp_cg_oom_watch watch[XMP_CG_MAX_WATCH];
     size_t n_watch;
     char hidden[256]; /* why a v1 controller xmprun uses is missing: its mount is hidden */
+    bool encl_known;
+    size_t n_encl;
+    struct xmp_cg_encl encl[XMP_CG_MAX_ENCL]; /* innermost (xmprun's own cgroup) first */
 };
 
 struct xmp_cg_ops;
@@ -91,6 +102,10 @@ struct xmp_cgroup {
      * worker's processes join the job's directory if the job has one, else that hierarchy is
      * left alone (no cgroup.procs write, which is what attach costs). */
     unsigned own;
+    /* The memory limits it was created with (bytes, -1 for none), so that OOM attribution
+     * reads the counters of limited cgroups only. */
+    int64_t mem_limit;
+    int64_t memsw_limit;
     char rel[XMP_CG_PATH];  /* below xmprun's own cgroup: "xmprun-a-1" or ".../worker-0" */
     char path[XMP_CG_PATH]; /* for the report: relative to the (unified) hierarchy root */
     /* Precomputed per hierarchy, so that attach needs no allocation in a forked child. */

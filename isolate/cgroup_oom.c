@@ -17,7 +17,8 @@
 
 struct level {
     const struct xmp_cgroup *cg; /* NULL above the job */
-    char dir[XMP_CG_PATH];
+    const char *dir;
+    int64_t limit, memsw_limit; /* -1 for none */
 };
 
 /* The hierarchy that holds the memory controller: the unified one, else v1 memory. */
@@ -59,11 +60,11 @@ level_limit(const struct xmp_cg_hier *h, const char *dir)
 /* 1 when the high watermark of a v1 counter reached its limit (within one charge batch, 64
  * pages, which a charge may fall short by), else 0. */
 static int64_t
-v1_at_limit(const char *dir, const char *usage, const char *limit)
+v1_at_limit(const char *dir, const char *usage, int64_t limit)
 {
-    int64_t max = read_int(dir, usage), lim = read_int(dir, limit);
+    int64_t max = limit >= 0 ? read_int(dir, usage) : -1;
 
-    return max >= 0 && lim >= 0 && lim < UNLIMITED_FROM && max + 64 * 4096 >= lim ? 1 : 0;
+    return max >= 0 && max + 64 * 4096 >= limit ? 1 : 0;
 }
 
 /* A count that grows when this level's limit is hit (see struct xmp_cgroup_oom_snap). v2:
@@ -72,62 +73,82 @@ v1_at_limit(const char *dir, const char *usage, const char *limit)
  * limits are equal and memsw fires, unseen. So a watermark that reached its limit counts as a
  * hit too (it never goes down: xmprun resets none). */
 static int64_t
-level_count(const struct xmp_cg_hier *h, const char *dir)
+level_count(const struct xmp_cg_hier *h, const struct level *lv)
 {
     char buf[512];
 
     if (h->v2) {
-        if (xmp_cg_read(dir, "memory.events.local", buf, sizeof(buf), NULL) < 0 &&
-            xmp_cg_read(dir, "memory.events", buf, sizeof(buf), NULL) < 0)
+        if (xmp_cg_read(lv->dir, "memory.events.local", buf, sizeof(buf), NULL) < 0 &&
+            xmp_cg_read(lv->dir, "memory.events", buf, sizeof(buf), NULL) < 0)
             return -1;
         return xmp_cg_keyed(buf, "oom");
     }
-    int64_t mem = read_int(dir, "memory.failcnt"), memsw = read_int(dir, "memory.memsw.failcnt");
+    int64_t mem = read_int(lv->dir, "memory.failcnt");
+    int64_t memsw = lv->memsw_limit >= 0 ? read_int(lv->dir, "memory.memsw.failcnt") : -1;
     if (mem < 0)
         return -1;
     return mem + (memsw > 0 ? memsw : 0) +
-           v1_at_limit(dir, "memory.max_usage_in_bytes", "memory.limit_in_bytes") +
-           v1_at_limit(dir, "memory.memsw.max_usage_in_bytes", "memory.memsw.limit_in_bytes");
+           v1_at_limit(lv->dir, "memory.max_usage_in_bytes", lv->limit) +
+           v1_at_limit(lv->dir, "memory.memsw.max_usage_in_bytes", lv->memsw_limit);
 }
 
-/* The levels of cg's chain in the memory hierarchy: cg and its parents that have a memory
- * directory, then xmprun's own cgroup and its ancestors up to the mount's root. On v1 a cgroup
- * counts its children's memory only with memory.use_hierarchy 1 (always, since Linux 5.16): the
- * chain stops below the first that does not. */
-static size_t
-chain(const struct xmp_cgroup *cg, struct level *lv, size_t max)
+/* The cgroups above the job that count its memory, learned once per job: xmprun's own cgroup
+ * and its ancestors up to the mount's root, each with its limits. On v1 a cgroup counts its
+ * children's memory only with memory.use_hierarchy 1 (always, since Linux 5.16): the list
+ * stops below the first that does not. Their limits are read once too: an enclosing limit that
+ * changes while the job runs is not followed. */
+static void
+learn_enclosing(struct xmp_cg_layout *l, int m)
 {
-    const struct xmp_cg_layout *l = cg->layout;
-    int m = memory_hier(l);
-    size_t n = 0;
+    const struct xmp_cg_hier *h = &l->h[m];
     char dir[XMP_CG_PATH];
 
-    if (m < 0)
-        return 0;
-    const struct xmp_cg_hier *h = &l->h[m];
-    for (const struct xmp_cgroup *c = cg; c != NULL && n < max; c = c->parent) {
-        if (!(c->own & (1u << m)))
-            continue;
-        lv[n].cg = c;
-        snprintf(lv[n].dir, sizeof(lv[n].dir), "%s", c->dir[m]);
-        n++;
-    }
+    l->encl_known = true;
     if (snprintf(dir, sizeof(dir), "%s%s", h->mount, strcmp(h->own, "/") == 0 ? "" : h->own) >=
         (int)sizeof(dir))
-        return n;
-    while (n < max) {
+        return;
+    while (l->n_encl < XMP_CG_MAX_ENCL) {
+        struct xmp_cg_encl *e = &l->encl[l->n_encl];
         char uh[8];
         if (!h->v2 && xmp_cg_read(dir, "memory.use_hierarchy", uh, sizeof(uh), NULL) == 0 &&
             uh[0] == '0')
             break;
-        lv[n].cg = NULL;
-        snprintf(lv[n].dir, sizeof(lv[n].dir), "%s", dir);
-        n++;
-        if (strcmp(dir, h->mount) == 0 || strlen(dir) <= strlen(h->mount))
+        snprintf(e->dir, sizeof(e->dir), "%s", dir);
+        e->limit = level_limit(h, dir);
+        e->memsw_limit = h->v2 ? -1 : read_int(dir, "memory.memsw.limit_in_bytes");
+        if (e->memsw_limit >= UNLIMITED_FROM)
+            e->memsw_limit = -1;
+        l->n_encl++;
+        if (strlen(dir) <= strlen(h->mount))
             break;
         char up[XMP_CG_PATH];
         xmp_cg_parent_dir(dir, up, sizeof(up));
         snprintf(dir, sizeof(dir), "%s", up);
+    }
+}
+
+/* The levels of cg's chain in the memory hierarchy that have a limit (only those can fire):
+ * cg and its parents that have a memory directory, then the enclosing cgroups. */
+static size_t
+chain(const struct xmp_cgroup *cg, struct level *lv, size_t max)
+{
+    struct xmp_cg_layout *l = cg->layout;
+    int m = memory_hier(l);
+    size_t n = 0;
+
+    if (m < 0)
+        return 0;
+    for (const struct xmp_cgroup *c = cg; c != NULL && n < max; c = c->parent) {
+        if (!(c->own & (1u << m)) || (c->mem_limit < 0 && c->memsw_limit < 0))
+            continue;
+        lv[n++] = (struct level){c, c->dir[m], c->mem_limit, c->memsw_limit};
+    }
+    if (!l->encl_known)
+        learn_enclosing(l, m);
+    for (size_t i = 0; i < l->n_encl && n < max; i++) {
+        const struct xmp_cg_encl *e = &l->encl[i];
+        if (e->limit >= 0 || e->memsw_limit >= 0)
+            lv[n++] = (struct level){NULL, e->dir, e->limit, e->memsw_limit};
     }
     return n;
 }
@@ -192,7 +213,8 @@ xmp_cg_oom_watch(struct xmp_cgroup *cg)
         size_t n = chain(cg, lv, XMP_CGROUP_MAX_LEVELS);
         for (size_t i = 0; i < n; i++)
             watch_dir(l, lv[i].cg, lv[i].dir);
-    } else if (cg->parent->parent != NULL && (cg->parent->own & (1u << m))) {
+    } else if (cg->parent->parent != NULL && (cg->parent->own & (1u << m)) &&
+               (cg->parent->mem_limit >= 0 || cg->parent->memsw_limit >= 0)) {
         watch_dir(l, cg->parent, cg->parent->dir[m]);
     }
 }
@@ -236,7 +258,7 @@ xmp_cgroup_oom_snapshot(const struct xmp_cgroup *cg, struct xmp_cgroup_oom_snap 
 
     snap->n = chain(cg, lv, XMP_CGROUP_MAX_LEVELS);
     for (size_t i = 0; i < snap->n; i++) {
-        snap->count[i] = level_count(&cg->layout->h[m], lv[i].dir);
+        snap->count[i] = level_count(&cg->layout->h[m], &lv[i]);
         snap->notes[i] = level_notes(cg->layout, lv[i].dir);
     }
 }
@@ -263,8 +285,7 @@ xmp_cgroup_oom_site(const struct xmp_cgroup *cg, const struct xmp_cgroup_oom_sna
     for (size_t i = 0; at == n && i < n && i < since->n; i++) {
         int64_t now;
         if (since->count[i] >= 0 && since->notes[i] < 0 &&
-            (now = level_count(&cg->layout->h[m], lv[i].dir)) > since->count[i] &&
-            level_limit(&cg->layout->h[m], lv[i].dir) >= 0)
+            (now = level_count(&cg->layout->h[m], &lv[i])) > since->count[i])
             at = i;
     }
     if (at == n)
@@ -272,7 +293,7 @@ xmp_cgroup_oom_site(const struct xmp_cgroup *cg, const struct xmp_cgroup_oom_sna
     const struct xmp_cg_hier *h = &cg->layout->h[m];
     site->cg = lv[at].cg;
     site->enclosing = lv[at].cg == NULL;
-    site->limit = level_limit(h, lv[at].dir);
+    site->limit = lv[at].limit >= 0 ? lv[at].limit : lv[at].memsw_limit;
     if (site->enclosing)
         proc_path(h, lv[at].dir, site->path, sizeof(site->path));
     return true;
@@ -288,11 +309,10 @@ xmp_cgroup_enclosing_limit(const struct xmp_cgroup *job, int64_t *limit, char *p
 
     *limit = -1;
     for (size_t i = 0; i < n; i++) {
-        if (lv[i].cg != NULL)
+        if (lv[i].cg != NULL || lv[i].limit < 0)
             continue;
-        int64_t v = level_limit(&job->layout->h[m], lv[i].dir);
-        if (v >= 0 && (!found || v < *limit)) {
-            *limit = v;
+        if (!found || lv[i].limit < *limit) {
+            *limit = lv[i].limit;
             proc_path(&job->layout->h[m], lv[i].dir, path, size);
             found = true;
         }

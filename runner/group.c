@@ -256,6 +256,8 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
             rep->oom_at = oom_at_name(sv, w, &site);
             rep->oom_limit = site.limit;
             snprintf(rep->oom_path, sizeof(rep->oom_path), "%s", site.path);
+        } else {
+            rep->oom_unseen = true;
         }
     }
     if (rep->user_s < 0)

@@ -140,8 +140,9 @@ join_devices(const struct xmp_worker_report *w, char *buf, size_t size)
 }
 
 /* " at its 8.0 GiB memory limit": the limit that fired for an OOM kill (memory.oom_at), and in
- * *after what follows the peak ("; its own limit is 1.0 GiB", for an enclosing limit). Without
- * oom_at (no counter says), the worker's own limit, else the job's, as the likely one. */
+ * *after what follows the peak ("; its own limit is 1.0 GiB", for an enclosing limit). When the
+ * counters were read and none fired, it says that no visible limit was reached; without them
+ * (no cgroups read), the worker's own limit, else the job's, as the likely one. */
 static void
 describe_oom_limit(const struct xmp_worker_report *w, char *at, size_t size, char *after,
                    size_t after_size)
@@ -151,6 +152,12 @@ describe_oom_limit(const struct xmp_worker_report *w, char *at, size_t size, cha
     const char *who = w->oom_at;
 
     at[0] = after[0] = '\0';
+    if (who == NULL && w->oom_unseen) {
+        snprintf(at, size,
+                 " although no memory limit that xmprun can see was reached (the "
+                 "machine, or a cgroup above this cgroup namespace, ran out of memory)");
+        return;
+    }
     if (who == NULL) {
         bytes = w->memory_limit >= 0 ? w->memory_limit : w->job_memory_limit;
         who = w->memory_limit >= 0 ? "worker" : w->job_memory_limit >= 0 ? "job" : NULL;
@@ -221,7 +228,7 @@ xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
         xmp_format_bytes(w->memory_peak, peak, sizeof(peak));
         /* For an enclosing limit the worker's own peak says little: it shares that limit with
          * whatever else runs there. */
-        if (w->memory_peak >= 0 && after[0] == '\0' &&
+        if (w->memory_peak >= 0 && after[0] == '\0' && !w->oom_unseen &&
             (w->oom_at == NULL || strcmp(w->oom_at, "enclosing") != 0))
             snprintf(buf, size, "%s was killed by the kernel OOM killer%s (peak %s)", who, at_limit,
                      peak);

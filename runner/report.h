@@ -64,6 +64,7 @@ struct xmp_worker_report {
     const char *oom_at;
     int64_t oom_limit;
     char oom_path[512];
+    bool oom_unseen;        /* oom_at is NULL although the chain was read: no visible limit fired */
     int64_t pids_limit;     /* resources.worker.pids, -1: null */
     int64_t job_pids_limit; /* resources.job.pids, -1: none */
     int64_t pids_hits;      /* forks refused by a pids limit, -1: null */

@@ -368,3 +368,22 @@ Test(report, pids_limit_hit_is_named)
                                       "fork: it hit the job's 200 pids limit");
     xmp_report_release(&r);
 }
+
+/* The chain was read and no limit fired: the words must not blame the worker's limit. */
+Test(report, oom_without_a_visible_limit)
+{
+    struct xmp_report r;
+    struct xmp_worker_report *w;
+    init_report(&r);
+    w = add_worker(&r, XMP_WORKER_OOM_KILLED, -1, SIGKILL, 100);
+    w->memory_limit = 8LL << 30;
+    w->memory_peak = 3LL << 30;
+    w->oom_kills = 1;
+    w->oom_unseen = true;
+    xmp_report_finish(&r);
+    cr_assert_str_eq(r.cause_message,
+                     "worker 0 (cpu) was killed by the kernel OOM killer although no memory limit "
+                     "that xmprun can see was reached (the machine, or a cgroup above this cgroup "
+                     "namespace, ran out of memory)");
+    xmp_report_release(&r);
+}
