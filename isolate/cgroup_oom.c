@@ -275,18 +275,23 @@ xmp_cgroup_oom_site(const struct xmp_cgroup *cg, const struct xmp_cgroup_oom_sna
     site->limit = -1;
     /* v1 with watches: a notification reaches the cgroup that ran out of memory and every
      * cgroup below it, so the outermost watched level that got one is where the limit fired. */
-    size_t at = n;
+    size_t at = n, from = 0;
     for (size_t i = 0; i < n && i < since->n; i++)
         if (since->notes[i] >= 0 && level_notes(cg->layout, lv[i].dir) > since->notes[i])
             at = i;
     /* Otherwise the innermost level whose count grew: with v2's hierarchical memory.events
      * the level that fired and all above it grow, never the ones below it. A level without a
-     * limit cannot have fired, nor a watched one that got no notification. */
-    for (size_t i = 0; at == n && i < n && i < since->n; i++) {
-        int64_t now;
+     * limit cannot have fired, nor a watched one that got no notification. After a
+     * notification the limit fired there or at an unwatched level above it (a cgroup whose
+     * cgroup.event_control xmprun may not write): one of those whose count grew wins. */
+    if (at < n)
+        from = at + 1;
+    for (size_t i = from; i < n && i < since->n; i++) {
         if (since->count[i] >= 0 && since->notes[i] < 0 &&
-            (now = level_count(&cg->layout->h[m], &lv[i])) > since->count[i])
+            level_count(&cg->layout->h[m], &lv[i]) > since->count[i]) {
             at = i;
+            break;
+        }
     }
     if (at == n)
         return false;
