@@ -91,18 +91,35 @@ add_hier(struct xmp_cg_layout *l, const char *proc, const char *mountinfo, const
          unsigned bit, struct xmp_error *err)
 {
     struct xmp_cg_hier *h = &l->h[l->n];
-    char path[XMP_CG_PATH], root[XMP_CG_PATH];
+    char path[XMP_CG_PATH];
 
-    if (xmp_cgroup_parse_proc(proc, ctrl ? ctrl : "", path, sizeof(path), NULL, err) < 0)
+    int id = -1;
+
+    if (xmp_cgroup_parse_proc(proc, ctrl ? ctrl : "", path, sizeof(path), &id, err) < 0)
         return -1;
-    if (xmp_cgroup_parse_mountinfo(mountinfo, ctrl, h->mount, sizeof(h->mount), root, sizeof(root),
-                                   err) < 0)
+    /* The controller list of that line ("cpu,cpuacct"), the hierarchy's name in the report. */
+    for (const char *p = proc; ctrl != NULL && p != NULL && *p;
+         p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        char *end = NULL;
+        if (strtol(p, &end, 10) == id && *end == ':') {
+            size_t len = strcspn(end + 1, ":\n");
+            snprintf(h->name, sizeof(h->name), "%.*s", (int)len, end + 1);
+            break;
+        }
+    }
+    if (xmp_cgroup_parse_mountinfo(mountinfo, ctrl, h->mount, sizeof(h->mount), h->root,
+                                   sizeof(h->root), err) < 0)
         return -1;
     xmp_cgroup_own_normalize(path);
+    snprintf(h->proc, sizeof(h->proc), "%s", path);
     /* own is kept relative to the mount root, which is what libcgroup's names are relative to:
      * in a cgroup namespace or a container's bind mount that is not the same as path. */
-    if (xmp_cgroup_join("", root, path, h->own, sizeof(h->own), err) < 0)
-        return -1;
+    if (xmp_cgroup_join("", h->root, path, h->own, sizeof(h->own), NULL) < 0)
+        return xmp_error_set(err, ENOENT,
+                             "xmprun's cgroup %s is not below the root %s of the hierarchy "
+                             "mounted at %s: that mount shows another part of the tree (made in "
+                             "another cgroup namespace?); mount the hierarchy from this namespace",
+                             path, h->root, h->mount);
     if (h->own[0] == '\0')
         strcpy(h->own, "/");
     h->v2 = ctrl == NULL;
@@ -129,9 +146,15 @@ load_layout(enum xmp_cgroup_mode mode, struct xmp_cg_layout *l, struct xmp_error
         for (size_t i = 0; i < sizeof(v1_ctrls) / sizeof(v1_ctrls[0]); i++) {
             char mnt[XMP_CG_PATH], root[XMP_CG_PATH];
             bool merged = false;
+            struct xmp_error miss = {0};
             if (xmp_cgroup_parse_mountinfo(mountinfo, v1_ctrls[i].name, mnt, sizeof(mnt), root,
-                                           sizeof(root), NULL) < 0)
-                continue; /* not mounted: create reports it when a limit needs it */
+                                           sizeof(root), &miss) < 0) {
+                /* Not mounted: create says so when a limit needs it, and names a mount that
+                 * is there but hidden under another (see note_hidden). */
+                if (l->hidden[0] == '\0' && strstr(miss.msg, " is hidden by ") != NULL)
+                    snprintf(l->hidden, sizeof(l->hidden), "%s", miss.msg);
+                continue;
+            }
             for (size_t j = 0; j < l->n; j++) {
                 if (strcmp(l->h[j].mount, mnt) == 0) {
                     l->h[j].ctrls |= v1_ctrls[i].bit;
@@ -141,8 +164,18 @@ load_layout(enum xmp_cgroup_mode mode, struct xmp_cg_layout *l, struct xmp_error
             if (!merged && add_hier(l, proc, mountinfo, v1_ctrls[i].name, v1_ctrls[i].bit, err) < 0)
                 return xmp_error_wrap(err, "%s hierarchy", v1_ctrls[i].name);
         }
-        if (l->n == 0)
-            return xmp_error_set(err, ENODEV, "no cgroup v1 controller is mounted");
+        if (l->n == 0) {
+            /* A pure v2 machine's cgroup2 mount may be what a tmpfs hides. */
+            struct xmp_error miss = {0};
+            char mnt[XMP_CG_PATH], root[XMP_CG_PATH];
+            if (l->hidden[0] == '\0' &&
+                xmp_cgroup_parse_mountinfo(mountinfo, NULL, mnt, sizeof(mnt), root, sizeof(root),
+                                           &miss) < 0 &&
+                strstr(miss.msg, " is hidden by ") != NULL)
+                snprintf(l->hidden, sizeof(l->hidden), "%s", miss.msg);
+            return xmp_error_set(err, ENODEV, "no cgroup v1 controller is mounted%s%s",
+                                 l->hidden[0] ? "; " : "", l->hidden[0] ? l->hidden : "");
+        }
     }
     if (mode == XMP_CGROUP_MODE_HYBRID || mode == XMP_CGROUP_MODE_UNIFIED) {
         l->unified = (int)l->n;
@@ -154,6 +187,41 @@ load_layout(enum xmp_cgroup_mode mode, struct xmp_cg_layout *l, struct xmp_error
             strcpy(l->h[l->unified].lc_ctrl, "memory");
     }
     return 0;
+}
+
+/* libcgroup 2.0.2 reads /proc/mounts once (cgroup_init) and takes the first mount of each
+ * controller. In a private mount namespace that lists cgroup mounts hidden under later ones
+ * (a tmpfs over /sys/fs/cgroup, then fresh mounts) its scan fails (a hidden cgroup2 mount point
+ * has no cgroup.controllers) or picks a mount point that is no longer there. The layout holds
+ * the mount visible at each path (from mountinfo); where libcgroup's differs, or its scan
+ * failed, that hierarchy's files are handled directly. */
+static void
+use_visible_mounts(struct xmp_cg_layout *l, bool lc_ok)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        struct xmp_cg_hier *h = &l->h[i];
+        char *lc_mount = NULL;
+
+        if (h->lc_ctrl[0] == '\0')
+            continue;
+        h->direct = !lc_ok || cgroup_get_subsys_mount_point(h->lc_ctrl, &lc_mount) != 0 ||
+                    lc_mount == NULL || strcmp(lc_mount, h->mount) != 0;
+        free(lc_mount);
+    }
+}
+
+/* A controller that a limit needs is not mounted (ENODEV): if its mount is there but hidden
+ * under a later one, that is what the user must fix. */
+static void
+note_hidden(struct xmp_error *err, const struct xmp_cg_layout *l)
+{
+    if (err == NULL || err->errnum != ENODEV || l->hidden[0] == '\0')
+        return;
+    xmp_error_set(err, 0,
+                  "%s (a private mount namespace?), and no other is visible: mount it again, or "
+                  "set isolation.cgroups: optional",
+                  l->hidden);
+    err->errnum = ENODEV;
 }
 
 /* ---- objects ---- */
@@ -178,6 +246,7 @@ new_cgroup(struct xmp_cg_layout *layout, struct xmp_cgroup *parent, const char *
     cg->parent = parent;
     cg->dirfd = -1;
     cg->ops = layout->mode == XMP_CGROUP_MODE_UNIFIED ? &xmp_cg_v2_ops : &xmp_cg_v1_ops;
+    cg->mem_limit = cg->memsw_limit = -1;
     if (snprintf(cg->rel, sizeof(cg->rel), "%s", rel) >= (int)sizeof(cg->rel))
         goto too_long;
     for (size_t i = 0; i < layout->n; i++) {
@@ -213,6 +282,7 @@ check_absent(const struct xmp_cgroup *cg, struct xmp_error *err)
 static void
 free_cgroup(struct xmp_cgroup *cg)
 {
+    xmp_cg_oom_unwatch(cg);
     if (cg->dirfd >= 0)
         close(cg->dirfd);
     if (cg->owns_layout)
@@ -266,15 +336,20 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
     if (strchr(name, '/') != NULL || name[0] == '.' || name[0] == '\0')
         return xmp_error_set(err, EINVAL, "cgroup: bad job cgroup name \"%s\"", name);
     ret = cgroup_init();
-    if (ret != 0)
-        return xmp_cg_lcerror(err, ret, "cgroup_init: read mounts for", "/proc/mounts");
     layout = calloc(1, sizeof(*layout));
     if (layout == NULL)
         return xmp_error_set(err, ENOMEM, "cgroup layout");
     if (load_layout(mode, layout, err) < 0) {
         free(layout);
+        if (ret != 0 && err != NULL) {
+            /* Neither libcgroup nor the visible mounts give a usable layout: both reasons. */
+            struct xmp_error lc = {0};
+            xmp_cg_lcerror(&lc, ret, "libcgroup: read mounts for", "/proc/mounts");
+            xmp_error_wrap(err, "cgroup layout (%s)", lc.msg);
+        }
         return -1;
     }
+    use_visible_mounts(layout, ret == 0);
     for (size_t i = 0; i < layout->n; i++) {
         char base[XMP_CG_PATH];
         own_dir(&layout->h[i], base, sizeof(base));
@@ -294,6 +369,7 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
         return -1;
     }
     if (cg->ops->create(cg, limits, err) < 0) {
+        note_hidden(err, layout);
         /* A delegation can allow mkdir and still refuse a control file (or the reverse). */
         if (err != NULL &&
             (err->errnum == EACCES || err->errnum == EPERM || err->errnum == EROFS)) {
@@ -304,6 +380,9 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
         free_cgroup(cg);
         return -1;
     }
+    cg->mem_limit = limits->memory;
+    cg->memsw_limit = xmp_cgroup_memsw(limits->memory, limits->swap);
+    xmp_cg_oom_watch(cg);
     *out = cg;
     return 0;
 }
@@ -338,9 +417,13 @@ xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
     if (new_cgroup(parent->layout, parent, rel, &cg, err) < 0)
         return -1;
     if (cg->ops->create(cg, limits, err) < 0) {
+        note_hidden(err, cg->layout);
         free_cgroup(cg);
         return xmp_error_wrap(err, "cgroup %s", name);
     }
+    cg->mem_limit = limits->memory;
+    cg->memsw_limit = xmp_cgroup_memsw(limits->memory, limits->swap);
+    xmp_cg_oom_watch(cg);
     parent->children[parent->nchildren++] = cg;
     *out = cg;
     return 0;
@@ -479,7 +562,7 @@ int
 xmp_cgroup_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st,
                       struct xmp_error *err)
 {
-    st->memory_peak = st->oom_kills = st->user_usec = st->system_usec = -1;
+    st->memory_peak = st->oom_kills = st->user_usec = st->system_usec = st->pids_hits = -1;
     return cg->ops->read_stats(cg, st, err);
 }
 

@@ -43,6 +43,7 @@ struct xmp_cgroup_stats {
                           * oom_kill (v1: this cgroup only) */
     int64_t user_usec;
     int64_t system_usec;
+    int64_t pids_hits; /* pids.events max: forks refused by a pids limit (v1 and v2) */
 };
 
 struct xmp_cgroup; /* one logical cgroup, present in every hierarchy of the mode */
@@ -93,6 +94,60 @@ bool xmp_cgroup_is_empty(const struct xmp_cgroup *cg);
 
 int xmp_cgroup_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st,
                           struct xmp_error *err);
+
+/* OOM attribution: which cgroup's memory limit fired. The chain of a cgroup is the cgroup, its
+ * parents up to the job (a worker, the zygote it may sit below, the job) and then the cgroups
+ * above the job that xmprun did not create (its own and their ancestors, as far as this mount
+ * namespace shows them): a container's, a Slurm step's, a systemd unit's. A snapshot keeps a
+ * count per level that grows when that level's limit is hit: v2 memory.events.local "oom"
+ * (memory.events "oom", counted up the tree, before 5.2); v1 memory.failcnt and
+ * memory.memsw.failcnt, plus one for each high watermark that reached its limit. The limit
+ * that fired is the innermost level whose count grew. On v1 the job, the zygote and the
+ * enclosing cgroups are also watched for OOM notifications (memory.oom_control through
+ * cgroup.event_control), which are exact: the outermost watched level notified since the
+ * snapshot wins over the counts, which page-cache reclaim at a limit also makes grow. */
+#define XMP_CGROUP_MAX_LEVELS 24
+struct xmp_cgroup_oom_snap {
+    size_t n;
+    int64_t count[XMP_CGROUP_MAX_LEVELS]; /* -1 where the kernel has no counter */
+    int64_t notes[XMP_CGROUP_MAX_LEVELS]; /* v1 OOM notifications so far; -1: not watched */
+};
+
+struct xmp_cgroup_oom_site {
+    const struct xmp_cgroup *cg; /* the cgroup of xmprun's that fired, or NULL */
+    bool enclosing;              /* a cgroup above the job fired */
+    int64_t limit;               /* its memory limit in bytes, -1 when unknown */
+    char path[512];              /* enclosing: its path as /proc/self/cgroup shows it */
+};
+
+void xmp_cgroup_oom_snapshot(const struct xmp_cgroup *cg, struct xmp_cgroup_oom_snap *snap);
+
+/* Compares the chain with `since` (taken by xmp_cgroup_oom_snapshot on the same cgroup): false
+ * when no level with a limit shows a hit. */
+bool xmp_cgroup_oom_site(const struct xmp_cgroup *cg, const struct xmp_cgroup_oom_snap *since,
+                         struct xmp_cgroup_oom_site *site);
+
+/* The smallest memory limit above the job (the enclosing levels of the chain, see above; on
+ * v1 only those that count the job's memory, memory.use_hierarchy), with that cgroup's path as
+ * /proc/self/cgroup shows it. False when none has a limit. */
+bool xmp_cgroup_enclosing_limit(const struct xmp_cgroup *job, int64_t *limit, char *path,
+                                size_t size);
+
+/* The job cgroup's path in each hierarchy it has a directory in, as /proc/self/cgroup shows it
+ * (so that an admin finds it from the host): hier is the hierarchy's controllers as
+ * /proc/self/cgroup lists them ("memory", "cpu,cpuacct"), or "unified" for cgroup2. Returns
+ * how many were filled (at most max). */
+struct xmp_cgroup_hier_path {
+    char hier[32];
+    char path[512];
+};
+size_t xmp_cgroup_paths(const struct xmp_cgroup *cg, struct xmp_cgroup_hier_path *out, size_t max);
+
+/* A word for what an enclosing cgroup path belongs to, from its name: "container" (libpod,
+ * docker, containerd, cri-o, kubepods), "Slurm step", "Slurm job", "systemd unit" (.service,
+ * .scope, .slice), "cgroup namespace root" for "/" (a container with a cgroup namespace),
+ * else "cgroup". */
+const char *xmp_cgroup_owner_kind(const char *path);
 
 /* The cgroup's path relative to the hierarchy root (the unified one when there is one), for the
  * report and messages. */

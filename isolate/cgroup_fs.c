@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int
@@ -130,6 +131,14 @@ xmp_cg_lc_name(const struct xmp_cg_hier *h, const char *rel, char *buf, size_t s
         buf[0] = '\0';
 }
 
+/* The directory of the cgroup rel in hierarchy h, for the hierarchies handled directly. */
+static void
+direct_dir(const struct xmp_cg_hier *h, const char *rel, char *buf, size_t size)
+{
+    if (snprintf(buf, size, "%s%s/%s", h->mount, strcmp(h->own, "/") == 0 ? "" : h->own, rel) < 0)
+        buf[0] = '\0';
+}
+
 int
 xmp_cg_lc_set(const struct xmp_cg_hier *h, const char *rel, const char *file, const char *value,
               struct xmp_error *err)
@@ -140,6 +149,10 @@ xmp_cg_lc_set(const struct xmp_cg_hier *h, const char *rel, const char *file, co
     struct cgroup_controller *c;
     int ret;
 
+    if (h->direct) {
+        direct_dir(h, rel, path, sizeof(path));
+        return xmp_cg_write(path, file, value, err);
+    }
     xmp_cg_lc_name(h, rel, name, sizeof(name));
     if (snprintf(path, sizeof(path), "%s/%s/%s", h->mount, name, file) < 0)
         path[0] = '\0';
@@ -201,7 +214,7 @@ lc_create_slowly(const struct xmp_cgroup *cg, unsigned mask, const struct xmp_cg
         struct cgroup *lc;
         int ret;
 
-        if (!(mask & (1u << i)) || h->lc_ctrl[0] == '\0')
+        if (!(mask & (1u << i)) || h->lc_ctrl[0] == '\0' || h->direct)
             continue;
         xmp_cg_lc_name(h, cg->rel, name, sizeof(name));
         lc = cgroup_new_cgroup(name);
@@ -260,6 +273,17 @@ xmp_cg_lc_create(const struct xmp_cgroup *cg, unsigned mask, const struct xmp_cg
     unsigned done = 0;
     int ret = 0;
 
+    for (size_t i = 0; i < lay->n; i++) {
+        if (!(mask & (1u << i)) || !lay->h[i].direct)
+            continue;
+        done |= 1u << i;
+        if (mkdir(cg->dir[i], 0755) < 0)
+            return xmp_error_set(err, errno, "mkdir `%s`", cg->dir[i]);
+        for (size_t k = 0; k < vals->n; k++)
+            if (vals->v[k].hier == (int)i &&
+                xmp_cg_write(cg->dir[i], vals->v[k].file, vals->v[k].value, err) < 0)
+                return -1;
+    }
     /* libcgroup names a cgroup relative to each hierarchy's root, and xmprun's own cgroup can
      * differ per hierarchy (here memory is below /process_api/..., the rest at /), so one
      * struct cgroup per distinct name. Every libcgroup create and value write re-reads
@@ -298,6 +322,10 @@ xmp_cg_lc_read(const struct xmp_cg_hier *h, const char *rel, const char *file, c
     size_t o = 0;
     int ret;
 
+    if (h->direct) {
+        direct_dir(h, rel, path, sizeof(path));
+        return xmp_cg_read(path, file, buf, size, err);
+    }
     xmp_cg_lc_name(h, rel, name, sizeof(name));
     buf[0] = '\0';
     /* The iterator reads one line per call, like fgets, into what is left of buf. */

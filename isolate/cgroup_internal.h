@@ -25,7 +25,13 @@ struct xmp_cg_hier {
     unsigned ctrls;   /* XMP_CG_* bits of this hierarchy (v1); what is enabled (v2) */
     char lc_ctrl[16]; /* the controller name libcgroup knows the hierarchy by; "" = none */
     char mount[XMP_CG_PATH];
-    char own[XMP_CG_PATH]; /* xmprun's own cgroup, relative to the hierarchy's root ("/..") */
+    char root[XMP_CG_PATH]; /* the mount's root in the hierarchy (mountinfo field 4) */
+    char own[XMP_CG_PATH];  /* xmprun's own cgroup, relative to the hierarchy's root ("/..") */
+    char proc[XMP_CG_PATH]; /* xmprun's own cgroup as /proc/self/cgroup shows it */
+    char name[64];          /* the controllers as /proc/self/cgroup lists them; "" for cgroup2 */
+    /* libcgroup cannot be used for this hierarchy (its mount scan failed, or it picked a
+     * mount that is not the visible one): its files are created, written and read directly. */
+    bool direct;
 };
 
 /* What the kernel offers, learned once when the job is created (so that a worker costs no extra
@@ -46,12 +52,39 @@ struct xmp_cg_caps {
     char mems[256];     /* v1 cpuset.mems / v2 cpuset.mems.effective of the job */
 };
 
+/* v1 OOM notifications (an eventfd registered in cgroup.event_control for memory.oom_control):
+ * the kernel signals it when that memory cgroup or one above it runs out of memory, and never
+ * for page-cache reclaim at a limit, which is all that failcnt sees. Watched: the job, a
+ * cgroup of xmprun's with children of its own (the zygote), and the enclosing cgroups; a
+ * worker's own limit is what is left when none of them fired. See cgroup_oom.c. */
+#define XMP_CG_MAX_WATCH 24
+struct xmp_cg_oom_watch {
+    const struct xmp_cgroup *cg; /* NULL for an enclosing cgroup */
+    int efd;
+    int64_t count; /* notifications read so far */
+    char dir[XMP_CG_PATH];
+};
+
+/* A cgroup above the job that counts its memory (see cgroup_oom.c), learned once per job. */
+#define XMP_CG_MAX_ENCL 16
+struct xmp_cg_encl {
+    int64_t limit;       /* memory.max / memory.limit_in_bytes, -1 for none */
+    int64_t memsw_limit; /* v1 memory.memsw.limit_in_bytes, -1 for none */
+    char dir[XMP_CG_PATH];
+};
+
 struct xmp_cg_layout {
     enum xmp_cgroup_mode mode;
     size_t n;
     int unified; /* index of the cgroup2 hierarchy, or -1 */
     struct xmp_cg_hier h[XMP_CG_MAX_HIER];
     struct xmp_cg_caps caps;
+    struct xmp_cg_oom_watch watch[XMP_CG_MAX_WATCH];
+    size_t n_watch;
+    char hidden[256]; /* why a v1 controller xmprun uses is missing: its mount is hidden */
+    bool encl_known;
+    size_t n_encl;
+    struct xmp_cg_encl encl[XMP_CG_MAX_ENCL]; /* innermost (xmprun's own cgroup) first */
 };
 
 struct xmp_cg_ops;
@@ -69,6 +102,10 @@ struct xmp_cgroup {
      * worker's processes join the job's directory if the job has one, else that hierarchy is
      * left alone (no cgroup.procs write, which is what attach costs). */
     unsigned own;
+    /* The memory limits it was created with (bytes, -1 for none), so that OOM attribution
+     * reads the counters of limited cgroups only. */
+    int64_t mem_limit;
+    int64_t memsw_limit;
     char rel[XMP_CG_PATH];  /* below xmprun's own cgroup: "xmprun-a-1" or ".../worker-0" */
     char path[XMP_CG_PATH]; /* for the report: relative to the (unified) hierarchy root */
     /* Precomputed per hierarchy, so that attach needs no allocation in a forked child. */
@@ -87,6 +124,13 @@ struct xmp_cg_ops {
 
 extern const struct xmp_cg_ops xmp_cg_v1_ops;
 extern const struct xmp_cg_ops xmp_cg_v2_ops;
+
+/* Starts the v1 OOM watches a new cgroup needs (cgroup_oom.c): for the job, the job and the
+ * enclosing cgroups; for a child, its parent when that is not the job. Best effort: without a
+ * watch the attribution falls back to failcnt and watermarks. */
+void xmp_cg_oom_watch(struct xmp_cgroup *cg);
+/* Closes the watches of cg (all of them for the job, which owns the layout). */
+void xmp_cg_oom_unwatch(struct xmp_cgroup *cg);
 
 /* Shared helpers (cgroup_fs.c). */
 int xmp_cg_write(const char *dir, const char *file, const char *value, struct xmp_error *err);

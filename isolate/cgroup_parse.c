@@ -130,57 +130,152 @@ unescape_field(const char *src, size_t len, char *dst, size_t size)
     return 0;
 }
 
+/* One mountinfo line, split: mount root, mount point (both still escaped), file system type and
+ * super options. False for a line that does not have the fields. */
+struct mi_line {
+    const char *root, *mnt, *fs, *super;
+    size_t root_len, mnt_len, fs_len, super_len;
+};
+
+static bool
+split_mountinfo_line(const char *line, size_t len, struct mi_line *ml)
+{
+    const char *f[6] = {0};
+    size_t fl[6] = {0};
+    const char *p = line, *end = line + len;
+    int nf = 0;
+
+    /* Fields: id parent major:minor root mountpoint options [optional...] - fstype source
+     * superoptions. */
+    while (nf < 6 && p < end) {
+        const char *sp = memchr(p, ' ', (size_t)(end - p));
+        f[nf] = p;
+        fl[nf] = sp ? (size_t)(sp - p) : (size_t)(end - p);
+        nf++;
+        p = sp ? sp + 1 : end;
+    }
+    if (nf < 6)
+        return false;
+    ml->root = f[3];
+    ml->root_len = fl[3];
+    ml->mnt = f[4];
+    ml->mnt_len = fl[4];
+    const char *dash = NULL;
+    for (const char *q = p; q + 2 <= end; q++) {
+        if ((q == p || q[-1] == ' ') && q[0] == '-' && (q + 1 == end || q[1] == ' ')) {
+            dash = q;
+            break;
+        }
+    }
+    if (dash == NULL || dash + 2 >= end)
+        return false;
+    ml->fs = dash + 2;
+    const char *fse = memchr(ml->fs, ' ', (size_t)(end - ml->fs));
+    ml->fs_len = fse ? (size_t)(fse - ml->fs) : (size_t)(end - ml->fs);
+    ml->super = NULL;
+    ml->super_len = 0;
+    if (fse != NULL) {
+        const char *src = fse + 1;
+        const char *srce = memchr(src, ' ', (size_t)(end - src));
+        if (srce != NULL) {
+            ml->super = srce + 1;
+            ml->super_len = (size_t)(end - srce - 1);
+        }
+    }
+    return true;
+}
+
+/* True when a mount at `over` (escaped, as in mountinfo) hides what is mounted at `mnt`: it is
+ * mounted on the same point or on a directory above it. */
+static bool
+hides(const char *over, size_t over_len, const char *mnt, size_t mnt_len)
+{
+    if (over_len == 1 && over[0] == '/')
+        return true;
+    return over_len <= mnt_len && memcmp(over, mnt, over_len) == 0 &&
+           (over_len == mnt_len || mnt[over_len] == '/');
+}
+
+#define MI_MAX_CANDIDATES 16
+
 int
 xmp_cgroup_parse_mountinfo(const char *text, const char *controller, char *mnt, size_t mnt_size,
                            char *root, size_t root_size, struct xmp_error *err)
 {
-    const char *line = text;
+    /* A private mount namespace may list cgroup mounts that later mounts cover (a tmpfs over
+     * /sys/fs/cgroup, then fresh hierarchies, as Slurm's or a container's setup does); their
+     * roots ("/../..") belong to another cgroup namespace. The mount that counts is the one
+     * visible at its path: the last one on a mount point, and none that a later mount on the
+     * same point or a directory above it covers. mountinfo lists mounts in the order they
+     * were made. */
+    struct {
+        struct mi_line ml;
+        const char *hidden_by;
+        size_t hidden_by_len;
+    } cand[MI_MAX_CANDIDATES];
+    size_t n = 0;
 
-    while (line != NULL && *line != '\0') {
+    for (const char *line = text; line != NULL && *line != '\0';) {
         const char *eol = strchr(line, '\n');
         size_t len = eol ? (size_t)(eol - line) : strlen(line);
-        const char *f[6] = {0};
-        size_t fl[6] = {0};
-        const char *p = line, *end = line + len;
-        int nf = 0;
+        struct mi_line ml;
 
-        /* Fields: id parent major:minor root mountpoint options [optional...] - fstype source
-         * superoptions. */
-        while (nf < 6 && p < end) {
-            const char *sp = memchr(p, ' ', (size_t)(end - p));
-            f[nf] = p;
-            fl[nf] = sp ? (size_t)(sp - p) : (size_t)(end - p);
-            nf++;
-            p = sp ? sp + 1 : end;
-        }
-        const char *dash = NULL;
-        for (const char *q = p; q + 2 <= end; q++) {
-            if ((q == p || q[-1] == ' ') && q[0] == '-' && (q + 1 == end || q[1] == ' ')) {
-                dash = q;
-                break;
-            }
-        }
-        if (nf == 6 && dash != NULL && dash + 2 < end) {
-            const char *fs = dash + 2;
-            const char *fse = memchr(fs, ' ', (size_t)(end - fs));
-            size_t fslen = fse ? (size_t)(fse - fs) : (size_t)(end - fs);
-            bool match = false;
-            if (controller == NULL) {
-                match = fslen == 7 && memcmp(fs, "cgroup2", 7) == 0;
-            } else if (fslen == 6 && memcmp(fs, "cgroup", 6) == 0 && fse != NULL) {
-                const char *src = fse + 1;
-                const char *srce = memchr(src, ' ', (size_t)(end - src));
-                if (srce != NULL)
-                    match = list_has(srce + 1, (size_t)(end - srce - 1), controller);
-            }
-            if (match) {
-                if (unescape_field(f[4], fl[4], mnt, mnt_size) < 0 ||
-                    unescape_field(f[3], fl[3], root, root_size) < 0)
-                    return xmp_error_set(err, ENAMETOOLONG, "mountinfo: path too long");
-                return 0;
-            }
-        }
+        const char *cur = line;
+
         line = eol ? eol + 1 : NULL;
+        if (!split_mountinfo_line(cur, len, &ml))
+            continue;
+        for (size_t i = 0; i < n; i++)
+            if (cand[i].hidden_by == NULL &&
+                hides(ml.mnt, ml.mnt_len, cand[i].ml.mnt, cand[i].ml.mnt_len)) {
+                cand[i].hidden_by = ml.mnt;
+                cand[i].hidden_by_len = ml.mnt_len;
+            }
+        bool match = false;
+        if (controller == NULL)
+            match = ml.fs_len == 7 && memcmp(ml.fs, "cgroup2", 7) == 0;
+        else if (ml.fs_len == 6 && memcmp(ml.fs, "cgroup", 6) == 0 && ml.super != NULL)
+            match = list_has(ml.super, ml.super_len, controller);
+        if (!match)
+            continue;
+        if (n == MI_MAX_CANDIDATES) {
+            /* Keep the newest: drop the oldest hidden one (or the oldest). */
+            size_t drop = 0;
+            for (size_t i = 0; i < n; i++)
+                if (cand[i].hidden_by != NULL) {
+                    drop = i;
+                    break;
+                }
+            memmove(&cand[drop], &cand[drop + 1], (n - drop - 1) * sizeof(cand[0]));
+            n--;
+        }
+        cand[n].ml = ml;
+        cand[n].hidden_by = NULL;
+        cand[n].hidden_by_len = 0;
+        n++;
+    }
+    for (size_t i = n; i-- > 0;) {
+        if (cand[i].hidden_by != NULL)
+            continue;
+        if (unescape_field(cand[i].ml.mnt, cand[i].ml.mnt_len, mnt, mnt_size) < 0 ||
+            unescape_field(cand[i].ml.root, cand[i].ml.root_len, root, root_size) < 0)
+            return xmp_error_set(err, ENAMETOOLONG, "mountinfo: path too long");
+        return 0;
+    }
+    if (n > 0) {
+        char at[256], by[256];
+        if (unescape_field(cand[n - 1].ml.mnt, cand[n - 1].ml.mnt_len, at, sizeof(at)) < 0 ||
+            unescape_field(cand[n - 1].hidden_by, cand[n - 1].hidden_by_len, by, sizeof(by)) < 0) {
+            snprintf(at, sizeof(at), "?");
+            snprintf(by, sizeof(by), "?");
+        }
+        /* No strerror: the message says it all, and a caller may add advice to it. */
+        xmp_error_set(err, 0, "the %s mount%s%s at %s is hidden by a later mount at %s",
+                      controller ? "cgroup" : "cgroup2", controller ? " with " : "",
+                      controller ? controller : "", at, by);
+        if (err != NULL)
+            err->errnum = ENOENT;
+        return -1;
     }
     return xmp_error_set(err, ENOENT, "mountinfo: no %s mount%s%s",
                          controller ? "cgroup" : "cgroup2", controller ? " with " : "",

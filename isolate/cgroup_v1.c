@@ -309,6 +309,9 @@ v1_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct x
             return -1;
         st->oom_kills = xmp_cg_keyed(buf, "oom_kill");
     }
+    if ((i = hier_of(lay, XMP_CG_PIDS)) >= 0 && (cg->own & (1u << i)) &&
+        xmp_cg_lc_read(&lay->h[i], cg->rel, "pids.events", buf, sizeof(buf), NULL) == 0)
+        st->pids_hits = xmp_cg_keyed(buf, "max");
     if (lay->unified >= 0 && lay->caps.v2_cpu_stat) {
         /* The tracking tree's cpu.stat (core cgroup2 accounting, no controller needed; so
          * libcgroup, which sees no controller there, cannot read it). */

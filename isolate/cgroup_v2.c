@@ -368,6 +368,9 @@ v2_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct x
     if (xmp_cg_lc_read(h, cg->rel, "memory.events", buf, sizeof(buf), err) < 0)
         return -1;
     st->oom_kills = xmp_cg_keyed(buf, "oom_kill");
+    /* pids.events exists where the pids controller is enabled (always, for a job's cgroups). */
+    if (xmp_cg_lc_read(h, cg->rel, "pids.events", buf, sizeof(buf), NULL) == 0)
+        st->pids_hits = xmp_cg_keyed(buf, "max");
     if (xmp_cg_lc_read(h, cg->rel, "cpu.stat", buf, sizeof(buf), err) < 0)
         return -1;
     st->user_usec = xmp_cg_keyed(buf, "user_usec");

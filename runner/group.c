@@ -249,6 +249,22 @@ read_exec_status(struct xmp_supervisor *sv, struct xmp_worker *w, bool block)
     }
 }
 
+/* memory.oom_at for the cgroup whose limit fired. isolate/ walks the chain generically (the
+ * worker's cgroup, its parents, the cgroups above the job); a cgroup of xmprun's that is neither
+ * the worker's nor the job's is the zygote's, which its workers share (fork mode). */
+static const char *
+oom_at_name(const struct xmp_supervisor *sv, const struct xmp_worker *w,
+            const struct xmp_cgroup_oom_site *site)
+{
+    if (site->enclosing)
+        return "enclosing";
+    if (site->cg == w->cg)
+        return "worker";
+    if (site->cg == sv->job_cg)
+        return "job";
+    return "shared";
+}
+
 /* The worker decides what is at its TORCHELASTIC_ERROR_FILE path, so it is read without
  * following a link (to a file only xmprun could read), without blocking on a FIFO, and only up
  * to a bound. What is not whole JSON is kept as text, with a note that says why. */
@@ -291,7 +307,7 @@ static void
 finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *si)
 {
     struct xmp_worker_report *rep = w->rep;
-    struct xmp_cgroup_stats st = {-1, -1, -1, -1};
+    struct xmp_cgroup_stats st = {-1, -1, -1, -1, -1};
     struct xmp_error err = {0};
     struct rusage ru;
 
@@ -319,6 +335,17 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
             rep->user_s = (double)st.user_usec / 1e6;
         if (st.system_usec >= 0)
             rep->system_s = (double)st.system_usec / 1e6;
+        rep->pids_hits = st.pids_hits;
+    }
+    if (w->cg != NULL && rep->oom_kills > 0) {
+        struct xmp_cgroup_oom_site site;
+        if (xmp_cgroup_oom_site(w->cg, &w->oom_snap, &site)) {
+            rep->oom_at = oom_at_name(sv, w, &site);
+            rep->oom_limit = site.limit;
+            snprintf(rep->oom_path, sizeof(rep->oom_path), "%s", site.path);
+        } else {
+            rep->oom_unseen = true;
+        }
     }
     if (rep->user_s < 0)
         rep->user_s = 0;
@@ -528,7 +555,7 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
     bool prefix = spec->console == XMP_CONSOLE_PREFIX;
     struct xmp_spawned sp;
     struct xmp_error err = {0};
-    struct xmp_cgroup_stats st = {-1, -1, -1, -1};
+    struct xmp_cgroup_stats st = {-1, -1, -1, -1, -1};
     bool streams = false;
     int log_out = -1, log_err = -1;
 
@@ -568,6 +595,8 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
         st.oom_kills > 0)
         w->oom_base = st.oom_kills;
     xmp_error_clear(&err);
+    if (w->cg != NULL)
+        xmp_cgroup_oom_snapshot(w->cg, &w->oom_snap);
 
     struct xmp_spawn_args args = {
         .path = w->path,
@@ -739,7 +768,10 @@ prepare_run(struct xmp_supervisor *sv)
         rep->memory_limit = w->cg != NULL && pw->limits.memory > 0 ? pw->limits.memory : -1;
         rep->job_memory_limit =
             w->cg != NULL && sv->plan.job_limits.memory > 0 ? sv->plan.job_limits.memory : -1;
-        rep->memory_peak = rep->oom_kills = -1;
+        rep->memory_peak = rep->oom_kills = rep->oom_limit = rep->pids_hits = -1;
+        rep->pids_limit = w->cg != NULL && pw->limits.pids > 0 ? pw->limits.pids : -1;
+        rep->job_pids_limit =
+            w->cg != NULL && sv->plan.job_limits.pids > 0 ? sv->plan.job_limits.pids : -1;
         w->rep = rep;
         w->pid = 0;
         w->pidfd = -1;

@@ -5,11 +5,13 @@
 #endif
 #include "runner/report.h"
 
+#include "isolate/cgroup.h"
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,10 +139,60 @@ join_devices(const struct xmp_worker_report *w, char *buf, size_t size)
         n += (size_t)snprintf(buf + n, size - n, "%s%s", i > 0 ? "," : "", w->devices[i]);
 }
 
+/* " at its 8.0 GiB memory limit": the limit that fired for an OOM kill (memory.oom_at), and in
+ * *after what follows the peak ("; its own limit is 1.0 GiB", for an enclosing limit). When the
+ * counters were read and none fired, it says that no visible limit was reached; without them
+ * (no cgroups read), the worker's own limit, else the job's, as the likely one. */
+static void
+describe_oom_limit(const struct xmp_worker_report *w, char *at, size_t size, char *after,
+                   size_t after_size)
+{
+    char limit[32], own[32];
+    int64_t bytes = w->oom_limit;
+    const char *who = w->oom_at;
+
+    at[0] = after[0] = '\0';
+    if (who == NULL && w->oom_unseen) {
+        snprintf(at, size,
+                 " although no memory limit that xmprun can see was reached (the "
+                 "machine, or a cgroup above this cgroup namespace, ran out of memory)");
+        return;
+    }
+    if (who == NULL) {
+        bytes = w->memory_limit >= 0 ? w->memory_limit : w->job_memory_limit;
+        who = w->memory_limit >= 0 ? "worker" : w->job_memory_limit >= 0 ? "job" : NULL;
+    }
+    if (who == NULL)
+        return;
+    if (bytes < 0)
+        bytes = strcmp(who, "worker") == 0 ? w->memory_limit
+                : strcmp(who, "job") == 0  ? w->job_memory_limit
+                                           : -1;
+    xmp_format_bytes(bytes, limit, sizeof(limit));
+    if (strcmp(who, "enclosing") == 0) {
+        snprintf(at, size, " at the enclosing cgroup's %s limit (%s %s)", bytes >= 0 ? limit : "",
+                 xmp_cgroup_owner_kind(w->oom_path), w->oom_path);
+        if (w->memory_limit >= 0) {
+            xmp_format_bytes(w->memory_limit, own, sizeof(own));
+            snprintf(after, after_size, "; its own limit is %s", own);
+        } else if (w->job_memory_limit >= 0) {
+            xmp_format_bytes(w->job_memory_limit, own, sizeof(own));
+            snprintf(after, after_size, "; the job's limit is %s", own);
+        }
+    } else if (strcmp(who, "worker") == 0) {
+        snprintf(at, size, " at its %s memory limit", limit);
+    } else if (strcmp(who, "job") == 0) {
+        snprintf(at, size, " at the job's %s memory limit", limit);
+    } else {
+        snprintf(at, size, " at the %s (zygote) cgroup's %s memory limit", who, limit);
+    }
+}
+
 void
 xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
 {
-    char who[160], devs[128], sig[32], limit[32], peak[32], at_limit[64], oom_note[128];
+    char who[160], devs[128], sig[32], peak[32], at_limit[640], after[64], oom_note[768],
+        notes[1024];
     const char *descr;
 
     join_devices(w, devs, sizeof(devs));
@@ -148,29 +200,40 @@ xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
         snprintf(who, sizeof(who), "worker %d (%s)", w->rank, devs);
     else
         snprintf(who, sizeof(who), "worker %d", w->rank);
-    /* The limit that was hit: the worker's own, else the job's (shared by all workers). */
-    at_limit[0] = '\0';
-    if (w->memory_limit >= 0) {
-        xmp_format_bytes(w->memory_limit, limit, sizeof(limit));
-        snprintf(at_limit, sizeof(at_limit), " at its %s memory limit", limit);
-    } else if (w->job_memory_limit >= 0) {
-        xmp_format_bytes(w->job_memory_limit, limit, sizeof(limit));
-        snprintf(at_limit, sizeof(at_limit), " at the job's %s memory limit", limit);
-    }
+    describe_oom_limit(w, at_limit, sizeof(at_limit), after, sizeof(after));
     /* A worker that fails after the OOM killer took one of its children (a data-loader
      * process, say) did not die of the OOM kill itself, but that is what the user must know. */
     oom_note[0] = '\0';
     if (w->oom_kills > 0 && w->state != XMP_WORKER_OOM_KILLED)
         snprintf(oom_note, sizeof(oom_note),
-                 " after the kernel OOM killer killed a process in it%s", at_limit);
+                 " after the kernel OOM killer killed a process in it%s%s", at_limit, after);
+    /* A refused fork shows only as "Cannot fork" in its stderr, if the program says anything;
+     * pids.events says it for sure. The count is of forks in the worker's own cgroup, whichever
+     * limit refused them: the worker's if it has one, else the job's. */
+    snprintf(notes, sizeof(notes), "%s", oom_note);
+    if (w->pids_hits > 0 && (w->pids_limit > 0 || w->job_pids_limit > 0)) {
+        size_t len = strlen(notes);
+        if (w->pids_limit > 0)
+            snprintf(notes + len, sizeof(notes) - len,
+                     "%s could not fork: it hit its %" PRId64 " pids limit",
+                     len > 0 ? "; it" : " after it", w->pids_limit);
+        else
+            snprintf(notes + len, sizeof(notes) - len,
+                     "%s could not fork: it hit the job's %" PRId64 " pids limit",
+                     len > 0 ? "; it" : " after it", w->job_pids_limit);
+    }
 
     switch (w->state) {
     case XMP_WORKER_OOM_KILLED:
         xmp_format_bytes(w->memory_peak, peak, sizeof(peak));
-        snprintf(buf, size, "%s was killed by the kernel OOM killer%s%s%s", who, at_limit,
-                 w->memory_peak >= 0 ? " (peak " : "", w->memory_peak >= 0 ? peak : "");
-        if (w->memory_peak >= 0)
-            strncat(buf, ")", size - strlen(buf) - 1);
+        /* For an enclosing limit the worker's own peak says little: it shares that limit with
+         * whatever else runs there. */
+        if (w->memory_peak >= 0 && after[0] == '\0' && !w->oom_unseen &&
+            (w->oom_at == NULL || strcmp(w->oom_at, "enclosing") != 0))
+            snprintf(buf, size, "%s was killed by the kernel OOM killer%s (peak %s)", who, at_limit,
+                     peak);
+        else
+            snprintf(buf, size, "%s was killed by the kernel OOM killer%s%s", who, at_limit, after);
         return;
     case XMP_WORKER_SIGNALED:
     case XMP_WORKER_STOPPED_BY_XMPRUN:
@@ -181,17 +244,17 @@ xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
             descr = sigdescr_np(w->signal);
             snprintf(lower, sizeof(lower), "%s", descr != NULL ? descr : "unknown signal");
             lower[0] = (char)(lower[0] >= 'A' && lower[0] <= 'Z' ? lower[0] - 'A' + 'a' : lower[0]);
-            snprintf(buf, size, "%s was killed by signal %s (%s)%s", who, sig, lower, oom_note);
+            snprintf(buf, size, "%s was killed by signal %s (%s)%s", who, sig, lower, notes);
             return;
         }
-        snprintf(buf, size, "%s exited with status %d%s", who, w->exit_code, oom_note);
+        snprintf(buf, size, "%s exited with status %d%s", who, w->exit_code, notes);
         return;
     case XMP_WORKER_FAILED_TO_START:
         snprintf(buf, size, "%s could not start: %s", who,
                  w->start_error[0] != '\0' ? w->start_error : "unknown error");
         return;
     case XMP_WORKER_EXITED:
-        snprintf(buf, size, "%s exited with status %d%s", who, w->exit_code, oom_note);
+        snprintf(buf, size, "%s exited with status %d%s", who, w->exit_code, notes);
         return;
     case XMP_WORKER_RUNNING:
         snprintf(buf, size, "%s is still running", who);
@@ -417,10 +480,14 @@ worker_json(const struct xmp_worker_report *w)
     json_object_set_new(o, "state", json_string(xmp_worker_state_name(w->state)));
     json_object_set_new(o, "exit_code", int_or_null(w->exit_code));
     json_object_set_new(o, "signal", w->signal > 0 ? json_string(sig) : json_null());
-    json_object_set_new(o, "memory",
-                        json_pack("{s:o, s:o, s:o}", "limit_bytes", int_or_null(w->memory_limit),
-                                  "peak_bytes", int_or_null(w->memory_peak), "oom_kills",
-                                  int_or_null(w->oom_kills)));
+    json_object_set_new(
+        o, "memory",
+        json_pack("{s:o, s:o, s:o, s:o}", "limit_bytes", int_or_null(w->memory_limit), "peak_bytes",
+                  int_or_null(w->memory_peak), "oom_kills", int_or_null(w->oom_kills), "oom_at",
+                  w->oom_at != NULL ? json_string(w->oom_at) : json_null()));
+    json_object_set_new(o, "pids",
+                        json_pack("{s:o, s:o}", "limit", int_or_null(w->pids_limit), "hits",
+                                  int_or_null(w->pids_hits)));
     json_object_set_new(o, "cpu",
                         json_pack("{s:f, s:f}", "user_s", round_to(w->user_s, 1e6), "system_s",
                                   round_to(w->system_s, 1e6)));
@@ -472,10 +539,14 @@ xmp_report_to_json(const struct xmp_report *r)
     json_object_set_new(o, "duration_s", json_real(duration > 0 ? round_to(duration, 1e3) : 0.0));
     json_object_set_new(o, "outcome", json_string(xmp_outcome_name(r->outcome)));
     json_object_set_new(o, "exit_code", json_integer(r->exit_code));
-    json_object_set_new(
-        o, "cgroup",
-        json_pack("{s:s, s:o, s:o}", "mode", r->cgroup_mode != NULL ? r->cgroup_mode : "none",
-                  "path", str_or_null(r->cgroup_path), "note", str_or_null(r->cgroup_note)));
+    json_t *paths = json_object();
+    for (size_t i = 0; i < r->n_cgroup_paths; i++)
+        json_object_set_new(paths, r->cgroup_paths[i].hier, json_string(r->cgroup_paths[i].path));
+    json_object_set_new(o, "cgroup",
+                        json_pack("{s:s, s:o, s:o, s:o}", "mode",
+                                  r->cgroup_mode != NULL ? r->cgroup_mode : "none", "path",
+                                  str_or_null(r->cgroup_path), "note", str_or_null(r->cgroup_note),
+                                  "paths", paths));
     json_object_set_new(o, "root_cause",
                         cause_json(r->cause, r->cause_rank, r->cause_reason, r->cause_message));
     json_object_set_new(o, "restarts", json_integer(r->restarts));

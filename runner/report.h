@@ -58,6 +58,16 @@ struct xmp_worker_report {
     int64_t job_memory_limit;
     int64_t memory_peak; /* bytes, -1: null */
     int64_t oom_kills;   /* -1: null */
+    /* Whose memory limit fired for an OOM kill: "worker", "job", "shared", "enclosing" or NULL
+     * (memory.oom_at), with that limit in bytes (-1 unknown) and, for an enclosing cgroup, its
+     * path as /proc/self/cgroup shows it. */
+    const char *oom_at;
+    int64_t oom_limit;
+    char oom_path[512];
+    bool oom_unseen;        /* oom_at is NULL although the chain was read: no visible limit fired */
+    int64_t pids_limit;     /* resources.worker.pids, -1: null */
+    int64_t job_pids_limit; /* resources.job.pids, -1: none */
+    int64_t pids_hits;      /* forks refused by a pids limit, -1: null */
     double user_s;
     double system_s;
     char **stderr_tail; /* owned, n_tail lines, oldest first */
@@ -93,7 +103,13 @@ struct xmp_report {
     int64_t ended_mono_ns;
     const char *cgroup_mode; /* "unified", "hybrid", "legacy", "none" */
     char cgroup_path[512];   /* "" is written as null */
-    char cgroup_note[512];   /* "" is written as null */
+    char cgroup_note[1024];  /* "" is written as null */
+    /* cgroup.paths: the job cgroup in each hierarchy, as /proc/self/cgroup shows it. */
+    struct xmp_report_cgroup_path {
+        char hier[32];
+        char path[512];
+    } cgroup_paths[8];
+    size_t n_cgroup_paths;
     /* Set by the supervisor; the report derives outcome, exit code and root cause. */
     char setup_error[512]; /* non-empty: the job could not be set up */
     int interrupt_signal;  /* the first SIGINT/SIGTERM/SIGHUP xmprun got, or 0 */

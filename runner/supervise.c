@@ -66,6 +66,43 @@ destroy_cgroups(struct xmp_supervisor *sv)
     sv->job_cg = NULL;
 }
 
+/* A limit of xmprun's above an enclosing one (a container's --memory, a Slurm step's --mem, a
+ * systemd MemoryMax) can never be reached: the enclosing one fires first, and the user should
+ * know before the job runs. Said on stderr and in the report's cgroup.note. */
+static void
+warn_enclosing_limit(struct xmp_supervisor *sv)
+{
+    char path[512], encl[32], job[32], worker[32], what[160] = "", note[768];
+    int64_t limit = -1, largest = -1;
+
+    if (!xmp_cgroup_enclosing_limit(sv->job_cg, &limit, path, sizeof(path)))
+        return;
+    for (size_t i = 0; i < sv->n_workers; i++)
+        if (sv->workers[i].pw->limits.memory > largest)
+            largest = sv->workers[i].pw->limits.memory;
+    xmp_format_bytes(limit, encl, sizeof(encl));
+    xmp_format_bytes(sv->plan.job_limits.memory, job, sizeof(job));
+    xmp_format_bytes(largest, worker, sizeof(worker));
+    if (sv->plan.job_limits.memory > limit && largest > limit)
+        snprintf(what, sizeof(what), "the job memory limit %s and the worker memory limit %s are",
+                 job, worker);
+    else if (sv->plan.job_limits.memory > limit)
+        snprintf(what, sizeof(what), "the job memory limit %s is", job);
+    else if (largest > limit)
+        snprintf(what, sizeof(what), "the worker memory limit %s is", worker);
+    else
+        return;
+    snprintf(note, sizeof(note),
+             "%s larger than the enclosing cgroup's %s limit (%s %s), which the kernel enforces "
+             "first",
+             what, encl, xmp_cgroup_owner_kind(path), path);
+    if (!xmp_quiet(sv))
+        fprintf(stderr, "xmprun: warning: %s\n", note);
+    size_t len = strlen(sv->report.cgroup_note);
+    snprintf(sv->report.cgroup_note + len, sizeof(sv->report.cgroup_note) - len, "%s%s",
+             len > 0 ? "; " : "", note);
+}
+
 /* isolation.cgroups: required refuses to run without cgroups, optional warns once and runs
  * without limits (saying so in the report), off does not try. */
 static int
@@ -97,6 +134,15 @@ setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
     }
     snprintf(sv->report.cgroup_path, sizeof(sv->report.cgroup_path), "%s",
              xmp_cgroup_path(sv->job_cg));
+    {
+        struct xmp_cgroup_hier_path paths[8];
+        size_t n = xmp_cgroup_paths(sv->job_cg, paths, 8);
+        _Static_assert(sizeof(paths[0]) == sizeof(sv->report.cgroup_paths[0]),
+                       "the report keeps the paths as isolate/ gives them");
+        memcpy(sv->report.cgroup_paths, paths, n * sizeof(paths[0]));
+        sv->report.n_cgroup_paths = n;
+    }
+    warn_enclosing_limit(sv);
     return 0;
 }
 

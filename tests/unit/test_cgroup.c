@@ -154,6 +154,58 @@ Test(mountinfo, pure_v2)
                  -1);
 }
 
+/* A private mount namespace (slurmd with task/cgroup, a container runtime) with a tmpfs over
+ * /sys/fs/cgroup and fresh mounts: the old mounts are still listed, hidden, with roots from
+ * another cgroup namespace. The visible one counts; when all are hidden the error says so. */
+static const char hidden[] =
+    "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n"
+    "47 22 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755\n"
+    "51 47 0:32 /../../.. /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+    "55 47 0:36 /.. /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n"
+    "56 47 0:38 /.. /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
+    "57 47 0:39 /.. /mnt/cpu rw - cgroup cgroup rw,cpu\n"
+    "63 47 0:40 / /sys/fs/cgroup rw - tmpfs cgroup_root rw,mode=755\n"
+    "64 63 0:36 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n"
+    "68 63 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+    "70 63 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"
+    "71 70 0:41 / /sys/fs/cgroup/cpu rw - tmpfs x rw\n";
+
+Test(mountinfo, hidden_mounts_are_skipped)
+{
+    char mnt[256], root[256];
+    struct xmp_error err = {0};
+
+    cr_assert_eq(
+        xmp_cgroup_parse_mountinfo(hidden, "memory", mnt, sizeof(mnt), root, sizeof(root), NULL),
+        0);
+    cr_expect_str_eq(mnt, "/sys/fs/cgroup/memory");
+    cr_expect_str_eq(root, "/");
+    cr_assert_eq(
+        xmp_cgroup_parse_mountinfo(hidden, "pids", mnt, sizeof(mnt), root, sizeof(root), NULL), 0);
+    cr_expect_str_eq(root, "/");
+    /* A visible older mount elsewhere is kept when the newer one is covered (by a tmpfs on the
+     * same point). */
+    cr_assert_eq(
+        xmp_cgroup_parse_mountinfo(hidden, "cpu", mnt, sizeof(mnt), root, sizeof(root), NULL), 0);
+    cr_expect_str_eq(mnt, "/mnt/cpu");
+    cr_assert_eq(
+        xmp_cgroup_parse_mountinfo(hidden, NULL, mnt, sizeof(mnt), root, sizeof(root), &err), -1);
+    cr_expect_eq(err.errnum, ENOENT);
+    cr_expect_str_eq(err.msg, "the cgroup2 mount at /sys/fs/cgroup/unified is hidden by a later "
+                              "mount at /sys/fs/cgroup");
+}
+
+Test(owner_kind, from_the_path)
+{
+    cr_expect_str_eq(xmp_cgroup_owner_kind("/machine.slice/libpod-3f2a.scope/container"),
+                     "container");
+    cr_expect_str_eq(xmp_cgroup_owner_kind("/docker/3f2a"), "container");
+    cr_expect_str_eq(xmp_cgroup_owner_kind("/slurm_n1/uid_0/job_12/step_0"), "Slurm step");
+    cr_expect_str_eq(xmp_cgroup_owner_kind("/system.slice/train.service"), "systemd unit");
+    cr_expect_str_eq(xmp_cgroup_owner_kind("/a/b"), "cgroup");
+    cr_expect_str_eq(xmp_cgroup_owner_kind("/"), "cgroup namespace root");
+}
+
 Test(join, host_container_and_namespace)
 {
     char dir[256];

@@ -31,6 +31,7 @@ add_worker(struct xmp_report *r, enum xmp_worker_state state, int exit_code, int
     w->exit_code = exit_code;
     w->signal = sig;
     w->memory_limit = w->memory_peak = w->oom_kills = w->job_memory_limit = -1;
+    w->oom_limit = w->pids_limit = w->job_pids_limit = w->pids_hits = -1;
     w->started_at.tv_sec = 1700000000;
     w->ended_at.tv_sec = 1700000000 + ended_ns / 1000000000;
     w->ended_mono_ns = ended_ns;
@@ -310,5 +311,86 @@ Test(report, oom_at_the_job_limit)
     cr_assert_str_eq(r.cause_message,
                      "worker 0 (cpu) was killed by the kernel OOM killer at the job's 2.0 GiB "
                      "memory limit");
+    xmp_report_release(&r);
+}
+
+/* memory.oom_at decides the words, not which limits the worker has. */
+Test(report, oom_at_job_although_the_worker_has_a_limit)
+{
+    struct xmp_report r;
+    struct xmp_worker_report *w;
+    init_report(&r);
+    w = add_worker(&r, XMP_WORKER_OOM_KILLED, -1, SIGKILL, 100);
+    w->memory_limit = 100LL << 20;
+    w->job_memory_limit = 150LL << 20;
+    w->oom_kills = 1;
+    w->oom_at = "job";
+    w->oom_limit = 150LL << 20;
+    xmp_report_finish(&r);
+    cr_assert_str_eq(r.cause_message,
+                     "worker 0 (cpu) was killed by the kernel OOM killer at the job's 150.0 MiB "
+                     "memory limit");
+    json_t *j = xmp_report_to_json(&r);
+    json_t *mem = json_object_get(json_array_get(json_object_get(j, "workers"), 0), "memory");
+    cr_assert_str_eq(json_string_value(json_object_get(mem, "oom_at")), "job");
+    json_decref(j);
+    xmp_report_release(&r);
+}
+
+Test(report, oom_at_an_enclosing_limit)
+{
+    struct xmp_report r;
+    struct xmp_worker_report *w;
+    init_report(&r);
+    w = add_worker(&r, XMP_WORKER_OOM_KILLED, -1, SIGKILL, 100);
+    w->memory_limit = 1LL << 30;
+    w->memory_peak = 126LL << 20;
+    w->oom_kills = 1;
+    w->oom_at = "enclosing";
+    w->oom_limit = 128LL << 20;
+    snprintf(w->oom_path, sizeof(w->oom_path), "/machine.slice/libpod-3f2a.scope");
+    xmp_report_finish(&r);
+    cr_assert_str_eq(r.cause_message,
+                     "worker 0 (cpu) was killed by the kernel OOM killer at the enclosing cgroup's "
+                     "128.0 MiB limit (container /machine.slice/libpod-3f2a.scope); its own limit "
+                     "is 1.0 GiB");
+    xmp_report_release(&r);
+}
+
+Test(report, pids_limit_hit_is_named)
+{
+    struct xmp_report r;
+    struct xmp_worker_report *w;
+    init_report(&r);
+    w = add_worker(&r, XMP_WORKER_EXITED, 1, 0, 100);
+    w->pids_limit = 64;
+    w->pids_hits = 12;
+    xmp_report_finish(&r);
+    cr_assert_str_eq(r.cause_message, "worker 0 (cpu) exited with status 1 after it could not "
+                                      "fork: it hit its 64 pids limit");
+    w->pids_limit = -1;
+    w->job_pids_limit = 200;
+    xmp_report_finish(&r);
+    cr_assert_str_eq(r.cause_message, "worker 0 (cpu) exited with status 1 after it could not "
+                                      "fork: it hit the job's 200 pids limit");
+    xmp_report_release(&r);
+}
+
+/* The chain was read and no limit fired: the words must not blame the worker's limit. */
+Test(report, oom_without_a_visible_limit)
+{
+    struct xmp_report r;
+    struct xmp_worker_report *w;
+    init_report(&r);
+    w = add_worker(&r, XMP_WORKER_OOM_KILLED, -1, SIGKILL, 100);
+    w->memory_limit = 8LL << 30;
+    w->memory_peak = 3LL << 30;
+    w->oom_kills = 1;
+    w->oom_unseen = true;
+    xmp_report_finish(&r);
+    cr_assert_str_eq(r.cause_message,
+                     "worker 0 (cpu) was killed by the kernel OOM killer although no memory limit "
+                     "that xmprun can see was reached (the machine, or a cgroup above this cgroup "
+                     "namespace, ran out of memory)");
     xmp_report_release(&r);
 }
