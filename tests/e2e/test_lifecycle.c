@@ -1,0 +1,211 @@
+/* End to end: stopping and cleaning up, whatever kills xmprun. An outside SIGTERM that reaches
+ * the workers and xmprun together is an interruption, not a worker's failure; a SIGKILL at any
+ * instant of a legacy v1 stop leaves no frozen cgroup; gc finds a SIGKILLed job's directories in
+ * every hierarchy wherever it ran, kills what is in them and says only what it did. */
+#include "e2e/e2e.h"
+
+#include <sys/stat.h>
+#include <sys/vfs.h>
+
+#define CGROUP2_MAGIC 0x63677270
+
+/* Slurm's scancel (proctrack/linuxproc), a container stop, ^C to a process group: one SIGTERM to
+ * xmprun and to its workers, in either order. The worker that dies first must not become the
+ * root cause, however the deaths and the signal interleave. */
+Test(lifecycle, outside_sigterm_to_workers_and_xmprun_is_interrupted, .timeout = 300)
+{
+    struct e2e e;
+
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: scancel\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'exec %1$s pidfile %2$s/w-$RANK -- sleep 60'\n"
+                 "on_failure: {grace: 5s}\n");
+    for (int i = 0; i < 20; i++) {
+        /* The workers first (the race that made it `failed`), with xmprun's own SIGTERM a
+         * moment later (a process-tree kill walks /proc between kills, and a loaded node
+         * delays it more), or xmprun first. */
+        static const char *const orders[] = {
+            "$w0 $w1 $pid",
+            "$w0 $w1; sleep 0.05; kill -TERM $pid",
+            "$w0 $w1; sleep 0.2; kill -TERM $pid",
+            "$pid $w0 $w1",
+        };
+        const char *order = orders[i % 4];
+        char script[1024];
+        snprintf(script, sizeof(script),
+                 "rm -f \"$DIR\"/w-*; \"$XMPRUN\" -q --report \"$REPORT\" \"$SPEC\" & pid=$!; "
+                 "i=0; while { [ ! -s \"$DIR/w-0\" ] || [ ! -s \"$DIR/w-1\" ]; } && "
+                 "[ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; "
+                 "w0=$(cat \"$DIR/w-0\"); w1=$(cat \"$DIR/w-1\"); kill -TERM %s; wait $pid",
+                 order);
+        int status = e2e_sh(&e, 90, script);
+        cr_assert_eq(status, 143, "try %d (%s): exit %d, stderr:\n%s", i, order, status, e.r.err);
+        e2e_load_report(&e);
+        cr_assert_str_eq(e2e_str(e.rep, "outcome"), "interrupted", "try %d (%s)", i, order);
+        cr_assert_str_eq(e2e_str(json_object_get(e.rep, "root_cause"), "message"),
+                         "xmprun received SIGTERM and stopped the job", "try %d", i);
+        e2e_assert_clean(&e);
+    }
+    e2e_fini(&e);
+}
+
+/* A worker killed by a SIGTERM that xmprun never got is still that worker's failure. */
+Test(lifecycle, sigterm_to_a_worker_alone_is_its_failure, .timeout = 120)
+{
+    struct e2e e;
+
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: lonekill\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'exec %1$s pidfile %2$s/w-$RANK -- sleep 60'\n"
+                 "on_failure: {grace: 5s}\n");
+    int status = e2e_sh(&e, 90,
+                        "\"$XMPRUN\" -q --report \"$REPORT\" \"$SPEC\" & pid=$!; "
+                        "i=0; while [ ! -s \"$DIR/w-1\" ] && [ $i -lt 400 ]; do sleep 0.05; "
+                        "i=$((i+1)); done; kill -TERM $(cat \"$DIR/w-1\"); wait $pid");
+    cr_assert_eq(status, 143, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_str_eq(e2e_str(e.rep, "outcome"), "failed");
+    const char *msg = e2e_str(json_object_get(e.rep, "root_cause"), "message");
+    cr_assert_eq(strncmp(msg, "worker 1 (cpu) was killed by signal SIGTERM", 43), 0, "%s", msg);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* True when legacy mode can be forced: root, and a hybrid host whose cgroup2 mount can be
+ * dropped in a private mount namespace (as in a container where runc mounts no cgroup2). */
+static bool
+can_force_legacy(void)
+{
+    struct statfs sf;
+    struct xt_result r;
+    char *argv[] = {"/bin/sh", "-c",
+                    "unshare -m sh -c 'mount --make-rprivate / && umount /sys/fs/cgroup/unified'",
+                    NULL};
+    bool ok;
+
+    if (geteuid() != 0 || statfs("/sys/fs/cgroup/unified", &sf) < 0 || sf.f_type != CGROUP2_MAGIC)
+        return false;
+    ok = xt_run(&r, argv, NULL, NULL, 30) == 0 && r.status == 0;
+    xt_result_free(&r);
+    return ok;
+}
+
+/* Asserts that dir and every directory below it is THAWED (where it has a freezer.state). */
+static void
+assert_thawed_tree(const char *dir, int try)
+{
+    char path[8192], *state;
+    DIR *d;
+    struct dirent *de;
+
+    snprintf(path, sizeof(path), "%s/freezer.state", dir);
+    state = xt_read_file(path);
+    cr_assert(state == NULL || strncmp(state, "THAWED", 6) == 0,
+              "try %d: %s is %s after xmprun was SIGKILLed", try, path, state);
+    free(state);
+    d = opendir(dir);
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        if (de->d_type != DT_DIR || de->d_name[0] == '.')
+            continue;
+        if (snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) < (int)sizeof(path))
+            assert_thawed_tree(path, try);
+    }
+    if (d != NULL)
+        closedir(d);
+}
+
+/* Every cgroup of the job with this owner pid (below `dir`, the freezer hierarchy's own
+ * cgroup) is THAWED. */
+static void
+assert_not_frozen(const char *dir, pid_t owner, int try)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char mid[32], path[8192];
+
+    snprintf(mid, sizeof(mid), "-%d-", (int)owner);
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        if (de->d_type != DT_DIR || strncmp(de->d_name, "xmprun-", 7) != 0 ||
+            strstr(de->d_name, mid) == NULL)
+            continue;
+        if (snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) < (int)sizeof(path))
+            assert_thawed_tree(path, try);
+    }
+    if (d != NULL)
+        closedir(d);
+}
+
+/* `podman stop` SIGKILLs xmprun at whatever instant its grace is over, perhaps in the middle of
+ * stopping the workers. In legacy v1 (no cgroup2 at all) no such instant may leave a frozen
+ * cgroup, whose tasks would sit in D state for good; gc then leaves no process and no cgroup.
+ * The SIGKILL lands at 50 points spread over the stop, which starts when rank 0 fails. */
+Test(lifecycle, legacy_sigkill_while_stopping_leaves_nothing_frozen, .timeout = 600)
+{
+    static char dirs[16][4096];
+    const char *freezer = NULL;
+    struct e2e e;
+    size_t n;
+
+    if (!can_force_legacy())
+        cr_skip_test("needs root, a hybrid host and unshare -m to force legacy v1");
+    n = e2e_own_cgroup_dirs(dirs, 16);
+    for (size_t i = 0; i < n; i++)
+        if (strstr(dirs[i], "/freezer") != NULL)
+            freezer = dirs[i];
+    e2e_init(&e);
+    /* Rank 0 fails at once; the others fork children that ignore SIGTERM (held at 64 by the
+     * pids limit) and a setsid grandchild, so that the stop has many tasks to kill. */
+    e2e_spec(&e, "version: 1\n"
+                 "name: podstop\n"
+                 "workers: 3\n"
+                 "devices: {kind: cpu}\n"
+                 "resources: {worker: {pids: 64}}\n"
+                 "command: 'if [ \"$RANK\" = 0 ]; then while [ ! -e %2$s/go ]; do sleep 0.01; "
+                 "done; : > %2$s/stopping; exit 1; fi; %1$s setsid-orphan %2$s/orphan-$RANK.pid; "
+                 "trap \"\" TERM; exec %1$s forkbomb'\n"
+                 "on_failure: {grace: 0s}\n");
+    for (int i = 0; i < 50; i++) {
+        char script[2048];
+        /* 0 to 98 ms after rank 0 failed, in 2 ms steps. */
+        snprintf(script, sizeof(script),
+                 "rm -f \"$DIR\"/go \"$DIR\"/stopping \"$DIR\"/orphan-*; "
+                 "unshare -m sh -c 'mount --make-rprivate / && umount /sys/fs/cgroup/unified && "
+                 "exec \"$XMPRUN\" -q --report \"$REPORT\" \"$SPEC\" >/dev/null' & pid=$!; "
+                 "i=0; while { [ ! -s \"$DIR/orphan-1.pid\" ] || [ ! -s \"$DIR/orphan-2.pid\" ]; "
+                 "} && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; sleep 0.2; "
+                 ": > \"$DIR/go\"; i=0; while [ ! -e \"$DIR/stopping\" ] && [ $i -lt 2000 ]; do "
+                 "sleep 0.001; i=$((i+1)); done; sleep %d.%03d; kill -KILL $pid; wait $pid;"
+                 "echo $pid",
+                 (2 * i) / 1000, (2 * i) % 1000);
+        int status = e2e_sh(&e, 120, script);
+        cr_assert_eq(status, 0, "try %d: stderr:\n%s", i, e.r.err);
+        pid_t owner = (pid_t)atoi(e.r.out);
+        cr_assert_gt(owner, 0, "try %d: no pid; stderr:\n%s", i, e.r.err);
+        if (freezer != NULL)
+            assert_not_frozen(freezer, owner, i);
+        /* gc, as the next start or an admin would run it: nothing of the job survives. */
+        char *argv[] = {(char *)xt_bin(), "gc", NULL};
+        char *envp[] = {e.state_env, NULL};
+        xt_result_free(&e.r);
+        cr_assert_eq(xt_run(&e.r, argv, envp, e.dir, 60), 0);
+        cr_assert_eq(e.r.status, 0, "try %d: gc failed:\n%s", i, e.r.err);
+        e2e_assert_no_cgroups(owner);
+        for (int r = 1; r <= 2; r++) {
+            char name[32];
+            snprintf(name, sizeof(name), "orphan-%d.pid", r);
+            char *text = xt_read_file(e2e_path(&e, name));
+            pid_t orphan = text != NULL ? (pid_t)atoi(text) : 0;
+            free(text);
+            for (int k = 0; k < 100 && !e2e_pid_dead(orphan); k++)
+                usleep(20000);
+            cr_assert(e2e_pid_dead(orphan), "try %d: grandchild %d survived gc", i, (int)orphan);
+        }
+    }
+    e2e_fini(&e);
+}
