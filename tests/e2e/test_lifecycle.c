@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/wait.h>
 
 #define CGROUP2_MAGIC 0x63677270
 
@@ -207,5 +208,194 @@ Test(lifecycle, legacy_sigkill_while_stopping_leaves_nothing_frozen, .timeout = 
             cr_assert(e2e_pid_dead(orphan), "try %d: grandchild %d survived gc", i, (int)orphan);
         }
     }
+    e2e_fini(&e);
+}
+
+/* Runs `xmprun gc` with the test's state directory, from the test's own cgroup. */
+static int
+run_gc(struct e2e *e)
+{
+    char *argv[] = {(char *)xt_bin(), "gc", NULL};
+    char *envp[] = {e->state_env, NULL};
+
+    xt_result_free(&e->r);
+    cr_assert_eq(xt_run(&e->r, argv, envp, e->dir, 60), 0);
+    return e->r.status;
+}
+
+/* Slurm SIGKILLs xmprun (its grace outlasted KillWait) inside the step's cgroup; an admin runs
+ * gc from a login shell, in another cgroup. gc must find the job's directories in every
+ * hierarchy from the state file, kill what is in them (the setsid grandchild too) and say it
+ * cleaned the job only once it has. */
+Test(lifecycle, gc_from_another_cgroup_cleans_every_hierarchy, .timeout = 180)
+{
+    static char dirs[16][4096];
+    struct e2e e;
+    char script[8192], sub[64], path[4200];
+    size_t n, o = 0;
+
+    if (!e2e_can_cgroup())
+        cr_skip_test("needs root or a delegated cgroup");
+    n = e2e_own_cgroup_dirs(dirs, 16);
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: slurmstep\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "resources: {worker: {pids: 64, cpus: 1}}\n"
+                 "command: ['%1$s', setsid-orphan, '%2$s/orphan.pid', wait]\n");
+    /* The "step": a child of the test's cgroup in every hierarchy, which xmprun is run in. */
+    snprintf(sub, sizeof(sub), "xmptest-step-%d", (int)getpid());
+    o += (size_t)snprintf(script + o, sizeof(script) - o, "set -e; ");
+    for (size_t i = 0; i < n; i++)
+        o += (size_t)snprintf(script + o, sizeof(script) - o,
+                              "d='%s/%s'; mkdir -p \"$d\"; "
+                              "if [ -e \"$d/cpuset.cpus\" ]; then cat \"$d/../cpuset.cpus\" > "
+                              "\"$d/cpuset.cpus\"; cat \"$d/../cpuset.mems\" > \"$d/cpuset.mems\"; "
+                              "fi; echo $$ > \"$d/cgroup.procs\"; ",
+                              dirs[i], sub);
+    snprintf(script + o, sizeof(script) - o,
+             "set +e; \"$XMPRUN\" -q --report \"$REPORT\" \"$SPEC\" >/dev/null & pid=$!; "
+             "i=0; while [ ! -s \"$DIR/orphan.pid\" ] && [ $i -lt 400 ]; do sleep 0.05; "
+             "i=$((i+1)); done; sleep 0.2; kill -KILL $pid; wait $pid; echo $pid");
+    int status = e2e_sh(&e, 90, script);
+    cr_assert_eq(status, 0, "stderr:\n%s", e.r.err);
+    pid_t owner = (pid_t)atoi(e.r.out);
+    char *text = xt_read_file(e2e_path(&e, "orphan.pid"));
+    pid_t orphan = text != NULL ? (pid_t)atoi(text) : 0;
+    free(text);
+    cr_assert_gt(orphan, 0, "the grandchild did not start");
+    cr_assert(!e2e_pid_dead(orphan));
+
+    status = run_gc(&e);
+    cr_assert_eq(status, 0, "gc failed:\n%s", e.r.err);
+    for (int k = 0; k < 100 && !e2e_pid_dead(orphan); k++)
+        usleep(20000);
+    bool orphan_dead = e2e_pid_dead(orphan);
+    char left[4600] = "";
+    for (size_t i = 0; i < n; i++) {
+        DIR *d;
+        struct dirent *de;
+        snprintf(path, sizeof(path), "%s/%s", dirs[i], sub);
+        d = opendir(path);
+        while (d != NULL && (de = readdir(d)) != NULL)
+            if (strncmp(de->d_name, "xmprun-", 7) == 0 && left[0] == '\0')
+                snprintf(left, sizeof(left), "%s/%s", path, de->d_name);
+        if (d != NULL)
+            closedir(d);
+    }
+    if (!orphan_dead)
+        kill(orphan, SIGKILL);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dirs[i], sub);
+        rmdir(path);
+    }
+    cr_assert(orphan_dead, "gc left the grandchild %d alive", (int)orphan);
+    cr_assert_eq(left[0], '\0', "gc left %s", left);
+    cr_assert_str_eq(e.r.out, "xmprun: gc: cleaned up 1 orphaned job\n");
+    e2e_assert_no_cgroups(owner);
+    e2e_fini(&e);
+}
+
+static int
+write_to(const char *dir, const char *file, const char *text)
+{
+    char path[4400];
+    FILE *f;
+    int ret;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    f = fopen(path, "w");
+    if (f == NULL)
+        return -1;
+    ret = fputs(text, f) < 0 ? -1 : 0;
+    return fclose(f) < 0 ? -1 : ret;
+}
+
+/* A cgroup left FROZEN (by an older xmprun, or anyone) holds its tasks with SIGKILL pending:
+ * gc thaws it first, then kills and removes it. */
+Test(lifecycle, gc_thaws_a_frozen_orphan, .timeout = 120)
+{
+    static char dirs[16][4096];
+    const char *freezer = NULL, *memory = NULL;
+    char name[64], fz[4200], mem[4200];
+    int fzn, memn;
+    pid_t dead = 4194000, sleeper;
+    struct e2e e;
+    int status = 0;
+    size_t n;
+
+    if (!e2e_can_cgroup())
+        cr_skip_test("needs root or a delegated cgroup");
+    n = e2e_own_cgroup_dirs(dirs, 16);
+    for (size_t i = 0; i < n; i++) {
+        if (strstr(dirs[i], "/freezer") != NULL)
+            freezer = dirs[i];
+        if (strstr(dirs[i], "/memory") != NULL)
+            memory = dirs[i];
+    }
+    if (freezer == NULL || memory == NULL)
+        cr_skip_test("needs the v1 freezer and memory hierarchies");
+    while (dead > 1000 && !(kill(dead, 0) < 0 && errno == ESRCH))
+        dead--;
+    snprintf(name, sizeof(name), "xmprun-frozen-%d-abcdef", (int)dead);
+    fzn = snprintf(fz, sizeof(fz), "%s/%s", freezer, name);
+    memn = snprintf(mem, sizeof(mem), "%s/%s", memory, name);
+    cr_assert(fzn < (int)sizeof(fz) && memn < (int)sizeof(mem));
+    cr_assert_eq(mkdir(fz, 0755), 0, "%s", strerror(errno));
+    cr_assert_eq(mkdir(mem, 0755), 0, "%s", strerror(errno));
+    sleeper = fork();
+    if (sleeper == 0) {
+        execl("/bin/sleep", "sleep", "60", (char *)NULL);
+        _exit(127);
+    }
+    char num[32], comm[64], *c = NULL;
+    /* Frozen once it is sleep, as a worker left by a dead xmprun would be. */
+    snprintf(comm, sizeof(comm), "/proc/%d/comm", (int)sleeper);
+    for (int k = 0; k < 200 && (c == NULL || strcmp(c, "sleep\n") != 0); k++) {
+        free(c);
+        usleep(10000);
+        c = xt_read_file(comm);
+    }
+    free(c);
+    snprintf(num, sizeof(num), "%d", (int)sleeper);
+    cr_assert_eq(write_to(fz, "cgroup.procs", num), 0);
+    cr_assert_eq(write_to(mem, "cgroup.procs", num), 0);
+    cr_assert_eq(write_to(fz, "freezer.state", "FROZEN"), 0);
+    /* Freezing takes a moment; a task not yet frozen would die of the SIGKILL anyway. */
+    char state_path[4300], *state = NULL;
+    snprintf(state_path, sizeof(state_path), "%s/freezer.state", fz);
+    for (int k = 0; k < 200; k++) {
+        free(state);
+        state = xt_read_file(state_path);
+        if (state != NULL && strncmp(state, "FROZEN", 6) == 0)
+            break;
+        usleep(10000);
+    }
+    cr_assert(state != NULL && strncmp(state, "FROZEN", 6) == 0, "not frozen: %s", state);
+    free(state);
+    /* What a stop that froze and died left: a SIGKILL pending that a frozen task never acts
+     * on. */
+    kill(sleeper, SIGKILL);
+    usleep(300000);
+    cr_assert_eq(waitpid(sleeper, &status, WNOHANG), 0, "a frozen task died of SIGKILL");
+
+    e2e_init(&e);
+    int gc = run_gc(&e);
+    bool killed = false;
+    for (int k = 0; k < 100 && !(killed = waitpid(sleeper, &status, WNOHANG) == sleeper); k++)
+        usleep(10000);
+    if (!killed) {
+        write_to(fz, "freezer.state", "THAWED");
+        kill(sleeper, SIGKILL);
+        waitpid(sleeper, &status, 0);
+        rmdir(fz);
+        rmdir(mem);
+    }
+    cr_assert_eq(gc, 0, "gc failed:\n%s", e.r.err);
+    cr_assert(killed, "gc did not kill the frozen task");
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    cr_assert_neq(access(fz, F_OK), 0, "gc left %s", fz);
+    cr_assert_neq(access(mem, F_OK), 0, "gc left %s", mem);
     e2e_fini(&e);
 }
