@@ -767,22 +767,16 @@ xmp_cgroup_gc_dirs(const char *const *dirs, size_t n, struct xmp_error *err)
 }
 
 int
-xmp_cgroup_leave_self_leaf(struct xmp_error *err)
+xmp_cgroup_self_leaf(char *leaf, size_t size)
 {
-    cleanup_free char *proc = slurp("/proc/self/cgroup", err);
-    cleanup_free char *mountinfo = proc ? slurp("/proc/self/mountinfo", err) : NULL;
-    char path[XMP_CG_PATH], mnt[XMP_CG_PATH], root[XMP_CG_PATH], leaf[XMP_CG_PATH];
-    char parent[XMP_CG_PATH], sub[256];
-    const char *base;
     struct xmp_error e = {0};
+    cleanup_free char *proc = slurp("/proc/self/cgroup", &e);
+    cleanup_free char *mountinfo = proc ? slurp("/proc/self/mountinfo", &e) : NULL;
+    char path[XMP_CG_PATH], mnt[XMP_CG_PATH], root[XMP_CG_PATH];
+    const char *base;
     pid_t owner;
-    DIR *d;
-    struct dirent *de;
-    bool alone = true;
 
-    if (mountinfo == NULL)
-        return -1;
-    if (xmp_cgroup_parse_proc(proc, "", path, sizeof(path), NULL, &e) < 0 ||
+    if (mountinfo == NULL || xmp_cgroup_parse_proc(proc, "", path, sizeof(path), NULL, &e) < 0 ||
         xmp_cgroup_parse_mountinfo(mountinfo, NULL, mnt, sizeof(mnt), root, sizeof(root), &e) < 0)
         return 0; /* no cgroup2 tree: no leaf */
     base = strrchr(path, '/');
@@ -790,29 +784,59 @@ xmp_cgroup_leave_self_leaf(struct xmp_error *err)
     if (base == NULL || !xmp_cgroup_self_leaf_pid(base + 1, &owner) ||
         (owner != getpid() && !(kill(owner, 0) < 0 && errno == ESRCH)))
         return 0;
-    if (xmp_cgroup_join(mnt, root, path, leaf, sizeof(leaf), err) < 0)
-        return -1;
+    return xmp_cgroup_join(mnt, root, path, leaf, size, &e) == 0 ? 1 : 0;
+}
+
+/* True when dir has no subdirectory other than `except` (may be NULL). */
+static bool
+no_other_children(const char *dir, const char *except)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    bool alone = true;
+
+    while (d != NULL && (de = readdir(d)) != NULL)
+        if (de->d_type == DT_DIR && de->d_name[0] != '.' &&
+            (except == NULL || strcmp(de->d_name, except) != 0))
+            alone = false;
+    if (d != NULL)
+        closedir(d);
+    return alone;
+}
+
+/* Empties dir's cgroup.subtree_control. Only for the parent of an xmprun-self leaf: it held
+ * xmprun before, so its subtree_control was empty then (the "no internal processes" rule),
+ * and emptying it again lets processes join it. */
+static void
+restore_subtree_control(const char *dir)
+{
+    char sub[256];
+
+    if (xmp_cg_read(dir, "cgroup.subtree_control", sub, sizeof(sub), NULL) < 0)
+        return;
+    for (char *tok = strtok(sub, " \n"); tok != NULL; tok = strtok(NULL, " \n")) {
+        char minus[64];
+        snprintf(minus, sizeof(minus), "-%s", tok);
+        xmp_cg_write(dir, "cgroup.subtree_control", minus, NULL);
+    }
+}
+
+int
+xmp_cgroup_leave_self_leaf(struct xmp_error *err)
+{
+    char leaf[XMP_CG_PATH], parent[XMP_CG_PATH];
+    struct xmp_error e = {0};
+
+    if (xmp_cgroup_self_leaf(leaf, sizeof(leaf)) == 0)
+        return 0;
     xmp_cg_parent_dir(leaf, parent, sizeof(parent));
     /* Only when nothing else is beside the leaf: another job's cgroups there need the
      * controllers this xmprun enabled, and then it cannot move back (the leaf stays for a
      * later gc, once this process is gone). */
-    d = opendir(parent);
-    while (d != NULL && (de = readdir(d)) != NULL)
-        if (de->d_type == DT_DIR && de->d_name[0] != '.' && strcmp(de->d_name, base + 1) != 0)
-            alone = false;
-    if (d != NULL)
-        closedir(d);
-    if (!alone)
+    if (!no_other_children(parent, strrchr(leaf, '/') + 1))
         return 0;
-    /* The parent held this process before, so its subtree_control was empty then (the "no
-     * internal processes" rule): empty it again, which lets the process back in. */
-    if (xmp_cg_write(parent, "cgroup.procs", "0", &e) < 0 && e.errnum == EBUSY &&
-        xmp_cg_read(parent, "cgroup.subtree_control", sub, sizeof(sub), NULL) == 0) {
-        for (char *tok = strtok(sub, " \n"); tok != NULL; tok = strtok(NULL, " \n")) {
-            char minus[64];
-            snprintf(minus, sizeof(minus), "-%s", tok);
-            xmp_cg_write(parent, "cgroup.subtree_control", minus, NULL);
-        }
+    if (xmp_cg_write(parent, "cgroup.procs", "0", &e) < 0 && e.errnum == EBUSY) {
+        restore_subtree_control(parent);
         xmp_error_clear(&e);
         xmp_cg_write(parent, "cgroup.procs", "0", &e);
     }
@@ -824,4 +848,31 @@ xmp_cgroup_leave_self_leaf(struct xmp_error *err)
     if (rmdir(leaf) < 0)
         return xmp_error_set(err, errno, "rmdir `%s`", leaf);
     return 0;
+}
+
+int
+xmp_cgroup_gc_leaf(const char *leaf, struct xmp_error *err)
+{
+    const char *base = strrchr(leaf, '/');
+    char parent[XMP_CG_PATH];
+    struct statfs sf;
+    pid_t owner;
+
+    if (leaf[0] != '/' || base == NULL || !xmp_cgroup_self_leaf_pid(base + 1, &owner) ||
+        strstr(leaf, "/..") != NULL || strlen(leaf) >= XMP_CG_PATH)
+        return xmp_error_set(err, EINVAL, "`%s` is not a leaf xmprun makes", leaf);
+    if (access(leaf, F_OK) != 0)
+        return 0;
+    if (statfs(leaf, &sf) < 0 || sf.f_type != CGROUP2_SUPER_MAGIC)
+        return xmp_error_set(err, EINVAL, "`%s` is not a cgroup2 directory", leaf);
+    /* Its xmprun is gone; what is still in it (a process that was started there) is not
+     * ours to kill: leave it, and the leaf, alone. */
+    if (!xmp_cg_procs_empty_tree(leaf))
+        return 0;
+    if (rmdir(leaf) < 0 && errno != ENOENT)
+        return xmp_error_set(err, errno, "rmdir `%s`", leaf);
+    xmp_cg_parent_dir(leaf, parent, sizeof(parent));
+    if (no_other_children(parent, NULL) && xmp_cg_procs_empty_tree(parent))
+        restore_subtree_control(parent);
+    return 1;
 }

@@ -129,6 +129,15 @@ int xmp_cgroup_gc_dirs(const char *const *dirs, size_t n, struct xmp_error *err)
  * With other cgroups beside it (a concurrent job), the leaf stays for a later gc. */
 int xmp_cgroup_leave_self_leaf(struct xmp_error *err);
 
+/* The directory of the xmprun-self leaf this process is in (its own, or a dead xmprun's), for
+ * the state file. Returns 1 with leaf filled, 0 when it is in none. */
+int xmp_cgroup_self_leaf(char *leaf, size_t size);
+
+/* gc of a dead xmprun's leaf (from its state file): removes it if it is empty and, when its
+ * parent is then left with no child and no process, empties the parent's subtree_control
+ * again, so that processes can join it. Returns 1 when removed, 0 when absent or in use. */
+int xmp_cgroup_gc_leaf(const char *leaf, struct xmp_error *err);
+
 /* Pure helpers, exposed for the unit tests (they work on in-memory text). */
 
 /* From /proc/<pid>/cgroup text ("4:memory:/a/b", "2:cpu,cpuacct:/", "9:name=systemd:/", "0::/"):

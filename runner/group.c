@@ -205,7 +205,7 @@ read_exec_status(struct xmp_supervisor *sv, struct xmp_worker *w, bool block)
  * outside stop (Slurm's scancel, a container stop, ^C to the process group) signals the
  * workers and xmprun at nearly the same instant, but in no set order: the worker may die, and
  * its pidfd be read, before xmprun's own signal is. Only such a death waits, and only once. */
-#define OUTSIDE_SIGNAL_WINDOW_MS 500
+#define OUTSIDE_SIGNAL_WINDOW_MS 1000
 
 static bool
 is_stop_signal(int sig)
@@ -261,7 +261,8 @@ on_interrupt(struct xmp_supervisor *sv, int sig)
 static bool
 await_outside_signal(struct xmp_supervisor *sv)
 {
-    struct timespec ts = {0, OUTSIDE_SIGNAL_WINDOW_MS * 1000000L};
+    struct timespec ts = {OUTSIDE_SIGNAL_WINDOW_MS / 1000,
+                          (OUTSIDE_SIGNAL_WINDOW_MS % 1000) * 1000000L};
     sigset_t set;
     siginfo_t si;
     int sig;
@@ -735,10 +736,12 @@ write_state(struct xmp_supervisor *sv)
         pids[i] = sv->workers[i].pid;
     const char *dirs[16];
     size_t n_dirs = sv->job_cg != NULL ? xmp_cgroup_dirs(sv->job_cg, dirs, 16) : 0;
+    char leaf[1024];
+    bool in_leaf = sv->job_cg != NULL && xmp_cgroup_self_leaf(leaf, sizeof(leaf)) == 1;
 
     if (xmp_state_write(sv->state_dir, sv->plan.cgroup_name, sv->mode,
                         sv->job_cg != NULL ? xmp_cgroup_path(sv->job_cg) : NULL, dirs, n_dirs,
-                        sv->plan.run_dir, pids, sv->n_workers, &err) == 0) {
+                        in_leaf ? leaf : NULL, sv->plan.run_dir, pids, sv->n_workers, &err) == 0) {
         sv->state_written = true;
     } else if (!sv->state_warned && !xmp_quiet(sv)) {
         /* Said once, not only with -v: without it, a SIGKILLed xmprun's leftovers are lost to

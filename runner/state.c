@@ -104,7 +104,8 @@ xmp_proc_start_time(pid_t pid, unsigned long long *out)
 int
 xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode mode,
                 const char *cgroup_path, const char *const *cgroup_dirs, size_t n_dirs,
-                const char *run_dir, const pid_t *pids, size_t n_pids, struct xmp_error *err)
+                const char *self_leaf, const char *run_dir, const pid_t *pids, size_t n_pids,
+                struct xmp_error *err)
 {
     cleanup_free char *path = NULL;
     cleanup_free char *text = NULL;
@@ -128,10 +129,10 @@ xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode m
      * (a login shell, a cron job) than the one this xmprun ran in (a Slurm step's). */
     for (size_t i = 0; i < n_dirs; i++)
         json_array_append_new(dirs, json_string(cgroup_dirs[i]));
-    doc = json_pack("{s:i, s:I, s:s, s:s, s:s?, s:o, s:s?, s:o}", "pid", (int)getpid(),
+    doc = json_pack("{s:i, s:I, s:s, s:s, s:s?, s:o, s:s?, s:s?, s:o}", "pid", (int)getpid(),
                     "start_time", (json_int_t)start, "cgroup_name", cgroup_name, "cgroup_mode",
                     xmp_cgroup_mode_name(mode), "cgroup_path", cgroup_path, "cgroup_dirs", dirs,
-                    "run_dir", run_dir, "workers", workers);
+                    "self_leaf", self_leaf, "run_dir", run_dir, "workers", workers);
     text = json_dumps(doc, JSON_COMPACT);
     json_decref(doc);
     if (text == NULL || asprintf(&path, "%s/%s.json", dir, cgroup_name) < 0)
@@ -378,6 +379,11 @@ scan_state_file(const char *dir, const char *file, struct gc_ctx *ctx)
             cg_dirs[n_dirs++] = d;
     }
     ret = xmp_cgroup_gc_dirs(cg_dirs, n_dirs, &e);
+    /* The leaf it moved itself into (cgroup v2), once the job's cgroups are gone. */
+    if (ret >= 0 && json_is_string(json_object_get(doc, "self_leaf")))
+        ret = xmp_cgroup_gc_leaf(json_string_value(json_object_get(doc, "self_leaf")), &e) < 0
+                  ? -1
+                  : ret;
     if (remove_run_dir(json_string_value(json_object_get(doc, "run_dir"))))
         did = true;
     push(&ctx->dead, &ctx->n_dead, cg);
