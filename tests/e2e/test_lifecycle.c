@@ -57,6 +57,44 @@ Test(lifecycle, outside_sigterm_to_workers_and_xmprun_is_interrupted, .timeout =
     e2e_fini(&e);
 }
 
+#define SLURM_CONF "/tmp/xmp-real/slurm/etc/slurm.conf"
+
+/* The same with real Slurm: scancel of a job whose step runs xmprun (proctrack/linuxproc sends
+ * SIGTERM to every process of the step). Skipped where the shared Slurm is not set up
+ * (../shared/tools/slurm-setup.sh); the lock keeps helpers sharing it apart. */
+Test(lifecycle, slurm_scancel_is_interrupted, .timeout = 300)
+{
+    struct e2e e;
+
+    if (geteuid() != 0 || access(SLURM_CONF, R_OK) != 0 || access("/usr/bin/sbatch", X_OK) != 0)
+        cr_skip_test("needs the shared Slurm (../shared/tools/slurm-setup.sh)");
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: scancelled\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'exec %1$s pidfile %2$s/w-$RANK -- sleep 60'\n");
+    for (int i = 0; i < 3; i++) {
+        int status = e2e_sh(
+            &e, 240,
+            "export SLURM_CONF=" SLURM_CONF "; rm -f \"$REPORT\" \"$DIR\"/w-*; "
+            "exec flock /tmp/xmp-slurm.lock sh -c '"
+            "j=$(sbatch --parsable -o /dev/null --wrap \"srun $XMPRUN -q --report $REPORT $SPEC\") "
+            "|| exit 3; k=0; while { [ ! -s \"$DIR/w-0\" ] || [ ! -s \"$DIR/w-1\" ]; } && "
+            "[ $k -lt 1200 ]; do sleep 0.1; k=$((k+1)); done; scancel $j; "
+            "k=0; while [ ! -s \"$REPORT\" ] && [ $k -lt 600 ]; do sleep 0.1; k=$((k+1)); done; "
+            "k=0; while squeue -h -j $j 2>/dev/null | grep -q .; do [ $k -lt 600 ] || exit 4; "
+            "sleep 0.1; k=$((k+1)); done'");
+        cr_assert_eq(status, 0, "try %d: %d, stderr:\n%s", i, status, e.r.err);
+        e2e_load_report(&e);
+        cr_assert_str_eq(e2e_str(e.rep, "outcome"), "interrupted", "try %d: %s", i,
+                         e2e_str(json_object_get(e.rep, "root_cause"), "message"));
+        cr_assert_eq(json_integer_value(json_object_get(e.rep, "exit_code")), 143);
+        e2e_assert_clean(&e);
+    }
+    e2e_fini(&e);
+}
+
 /* A worker killed by a SIGTERM that xmprun never got is still that worker's failure. */
 Test(lifecycle, sigterm_to_a_worker_alone_is_its_failure, .timeout = 120)
 {
