@@ -4,11 +4,12 @@
 #define XMP_GROUP_H
 
 #include "isolate/cgroup.h"
-#include "isolate/devices.h"
+#include "runner/host.h"
 #include "runner/output.h"
 #include "runner/plan.h"
 #include "runner/report.h"
 #include "runner/spawn.h"
+#include "runner/status.h"
 #include "runner/supervise.h"
 
 #include <signal.h>
@@ -25,6 +26,7 @@ enum xmp_ev_kind {
     XMP_EV_STDERR,
     XMP_EV_CONSOLE, /* index 0: xmprun's stdout, 1: its stderr, writable again */
     XMP_EV_EXEC,    /* a worker's exec-status pipe */
+    XMP_EV_STATUS,  /* the status line's 1 s timer */
 };
 
 enum xmp_stop_reason { XMP_STOP_NONE = 0, XMP_STOP_FAILURE, XMP_STOP_TIMEOUT, XMP_STOP_INTERRUPT };
@@ -71,6 +73,7 @@ struct xmp_supervisor {
     struct xmp_console consoles[2]; /* xmprun's stdout and stderr */
     bool console_watched[2];        /* EPOLLOUT is armed for it */
     bool reading_paused;            /* a console is over XMP_CONSOLE_HIGH */
+    struct xmp_status status;       /* the live status line (a terminal stderr only) */
     struct xmp_worker *workers;
     size_t n_workers;
     size_t n_running;
@@ -79,6 +82,10 @@ struct xmp_supervisor {
     int64_t deadline_ns; /* 0: no timeout */
     int restart;
     sigset_t old_mask; /* the mask xmprun started with, restored in workers and at the end */
+    /* RLIMIT_NOFILE as xmprun inherited it, before it raised its own soft limit; the workers
+     * get it back. */
+    struct rlimit inherited_nofile;
+    bool have_inherited_nofile;
     struct sigaction old_chld;
     struct sigaction old_pipe;
     struct xmp_report report;
