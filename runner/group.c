@@ -191,8 +191,10 @@ kill_all_now(struct xmp_supervisor *sv)
         struct xmp_worker *w = &sv->workers[i];
         /* cgroup.kill (or freeze, kill, thaw) also gets the grandchildren that called setsid()
          * or ignore SIGTERM, which the process group misses. */
-        if (w->cg != NULL && xmp_cgroup_kill(w->cg, &err) < 0 && !xmp_quiet(sv))
+        if (w->cg != NULL && xmp_cgroup_kill(w->cg, &err) < 0 && !xmp_quiet(sv)) {
+            xmp_status_erase(&sv->status);
             fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank, err.msg);
+        }
         signal_worker(w, SIGKILL);
     }
     sv->kill_at_ns = 0;
@@ -428,6 +430,7 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
     if (sv->opts != NULL && sv->opts->verbosity > 0) {
         char msg[512];
         xmp_worker_describe(rep, msg, sizeof(msg));
+        xmp_status_erase(&sv->status); /* xmprun's own lines go below it too */
         fprintf(stderr, "xmprun: %s\n", msg);
     }
     if (!xmp_worker_failed(rep))
