@@ -55,9 +55,9 @@ int xmp_cgroup_detect(enum xmp_cgroup_mode *mode, struct xmp_error *err);
  * limits, and enables the controllers its children need (v2: +memory +cpu +pids, and +cpuset
  * where delegated, in xmprun's own and the job's cgroup.subtree_control). On v2, if xmprun's own
  * cgroup holds processes, xmprun first moves itself into the leaf `<own>/xmprun-self-<pid>` so
- * that the "no internal processes" rule holds; that leaf outlives the process (it cannot remove
- * the cgroup it is in) and `xmprun gc` removes it later, and later jobs are still created in
- * <own>, not in the leaf. Fails with a message that says why (read-only cgroupfs, no delegation,
+ * that the "no internal processes" rule holds (xmp_cgroup_leave_self_leaf undoes that at exit;
+ * `xmprun gc` removes a leaf whose xmprun died), and later jobs are still created in <own>, not
+ * in the leaf. Fails with a message that says why (read-only cgroupfs, no delegation,
  * not root, missing controllers, named) and how to fix it; errnum keeps the errno. */
 int xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name,
                           const struct xmp_limits *limits, struct xmp_cgroup **out,
@@ -80,8 +80,10 @@ int xmp_cgroup_dirfd(const struct xmp_cgroup *cg);
 int xmp_cgroup_attach(const struct xmp_cgroup *cg, pid_t pid, bool into_unified,
                       struct xmp_error *err);
 
-/* Kills every process in the cgroup: cgroup.kill where the kernel has it, else freeze, SIGKILL
- * every task, thaw. Returns once the signal is sent, not once the tasks are gone. */
+/* Kills every process in the cgroup: cgroup.kill where the kernel has it, else SIGKILL to every
+ * listed task in rounds (never the freezer: a cgroup left frozen by an xmprun that died at the
+ * wrong moment keeps its tasks for good). Returns once the signal is sent, not once the tasks
+ * are gone. */
 int xmp_cgroup_kill(struct xmp_cgroup *cg, struct xmp_error *err);
 
 /* Sends sig to every process listed in the cgroup (except xmprun itself): the cgroup2
@@ -169,6 +171,32 @@ int xmp_cgroup_destroy(struct xmp_cgroup *cg, struct xmp_error *err);
  * names removed, or -1 (err names the first that could not be removed). */
 int xmp_cgroup_gc(enum xmp_cgroup_mode mode, bool (*is_orphan)(const char *name, void *data),
                   void *data, struct xmp_error *err);
+
+/* The job cgroup's directory in every hierarchy of its layout (absolute paths, owned by cg),
+ * for the state file, so that gc finds them wherever this xmprun ran. Returns how many. */
+size_t xmp_cgroup_dirs(const struct xmp_cgroup *cg, const char **dirs, size_t max);
+
+/* gc of one orphaned job known by its directories (from its state file, in any cgroup):
+ * thaws them, SIGKILLs every process in them by membership (setsid grandchildren included;
+ * never the caller), waits (bounded, 5 s) until they are empty and removes them, deepest
+ * first. Refuses paths that are not "xmprun-" directories on a cgroup filesystem, and one that
+ * holds the caller. Returns 1 when it removed something, 0 when nothing was there, -1. */
+int xmp_cgroup_gc_dirs(const char *const *dirs, size_t n, struct xmp_error *err);
+
+/* At exit, on cgroup v2: if this process is in an xmprun-self-<pid> leaf (its own, or a dead
+ * xmprun's) with no other cgroup beside it, empties the parent's subtree_control again, moves
+ * back into the parent and removes the leaf, so that a run leaves the cgroup as it found it.
+ * With other cgroups beside it (a concurrent job), the leaf stays for a later gc. */
+int xmp_cgroup_leave_self_leaf(struct xmp_error *err);
+
+/* The directory of the xmprun-self leaf this process is in (its own, or a dead xmprun's), for
+ * the state file. Returns 1 with leaf filled, 0 when it is in none. */
+int xmp_cgroup_self_leaf(char *leaf, size_t size);
+
+/* gc of a dead xmprun's leaf (from its state file): removes it if it is empty and, when its
+ * parent is then left with no child and no process, empties the parent's subtree_control
+ * again, so that processes can join it. Returns 1 when removed, 0 when absent or in use. */
+int xmp_cgroup_gc_leaf(const char *leaf, struct xmp_error *err);
 
 /* Pure helpers, exposed for the unit tests (they work on in-memory text). */
 

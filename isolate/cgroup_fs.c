@@ -373,31 +373,118 @@ walk_tree(const char *dir, dir_fn fn, void *data)
     closedir(d);
 }
 
+/* The pids one sweep has signalled, so that it knows whether a round found anyone new. */
+struct sweep {
+    pid_t self;
+    pid_t *seen;
+    size_t n, cap;
+    bool fresh;
+};
+
+static bool
+sweep_saw(struct sweep *s, pid_t pid)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (s->seen[i] == pid)
+            return true;
+    if (s->n == s->cap) {
+        pid_t *grown = realloc(s->seen, (s->cap = s->cap ? s->cap * 2 : 64) * sizeof(pid_t));
+        if (grown == NULL)
+            return false; /* counted as new: one more round, never one too few */
+        s->seen = grown;
+    }
+    s->seen[s->n++] = pid;
+    return false;
+}
+
 static void
 kill_procs(const char *dir, void *data)
 {
-    char buf[16384];
-    (void)data;
+    struct sweep *s = data;
+    char path[XMP_CG_PATH + 32];
+    cleanup_fclose FILE *f = NULL;
+    long pid;
 
-    if (xmp_cg_read(dir, "cgroup.procs", buf, sizeof(buf), NULL) < 0)
-        return;
-    for (char *p = buf; *p;) {
-        char *end = NULL;
-        long pid = strtol(p, &end, 10);
-        if (end == p)
-            break;
-        if (pid > 0)
-            kill((pid_t)pid, SIGKILL);
-        p = end;
-        while (*p == '\n')
-            p++;
+    snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+    f = fopen(path, "re");
+    while (f != NULL && fscanf(f, "%ld", &pid) == 1) {
+        /* Never xmprun itself (gc may run inside a cgroup it collects, see xmp_cgroup_gc). */
+        if (pid <= 1 || pid == s->self)
+            continue;
+        kill((pid_t)pid, SIGKILL);
+        if (!sweep_saw(s, (pid_t)pid))
+            s->fresh = true;
     }
 }
 
-void
+int
 xmp_cg_kill_procs_tree(const char *dir)
 {
-    walk_tree(dir, kill_procs, NULL);
+    struct sweep s = {.self = getpid()};
+    int rounds = 0;
+
+    /* Without cgroup.kill there is a window between reading cgroup.procs and the kill in which
+     * a task can fork. Freezing the cgroup first closes it, but a freezer left FROZEN by an
+     * xmprun that dies before it thaws (a container stop's SIGKILL) keeps its tasks in D state
+     * with the SIGKILL pending, for good. So no freezer: sweep again while a round finds a pid
+     * that the earlier ones did not. A task with SIGKILL pending cannot fork any more (the
+     * kernel aborts a fork when a fatal signal is pending), so only children forked before
+     * their parent's kill can still appear, and the rounds end; a child that is not yet listed
+     * when the last round reads is left to the callers, which check for emptiness and sweep
+     * again. */
+    do {
+        s.fresh = false;
+        walk_tree(dir, kill_procs, &s);
+        rounds++;
+    } while (s.fresh && rounds < 100);
+    free(s.seen);
+    return (int)s.n;
+}
+
+static void
+thaw(const char *dir, void *data)
+{
+    (void)data;
+    /* v1 freezer.state and v2 cgroup.freeze: whichever the hierarchy has (writes to a file
+     * that is not there fail, harmlessly). */
+    if (xmp_cg_exists(dir, "freezer.state"))
+        xmp_cg_write(dir, "freezer.state", "THAWED", NULL);
+    if (xmp_cg_exists(dir, "cgroup.freeze"))
+        xmp_cg_write(dir, "cgroup.freeze", "0", NULL);
+}
+
+void
+xmp_cg_thaw_tree(const char *dir)
+{
+    walk_tree(dir, thaw, NULL);
+}
+
+struct find_pid {
+    pid_t pid;
+    bool found;
+};
+
+static void
+find_pid(const char *dir, void *data)
+{
+    struct find_pid *fp = data;
+    char path[XMP_CG_PATH + 32];
+    cleanup_fclose FILE *f = NULL;
+    long pid;
+
+    snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+    f = fopen(path, "re");
+    while (!fp->found && f != NULL && fscanf(f, "%ld", &pid) == 1)
+        fp->found = pid == (long)fp->pid;
+}
+
+bool
+xmp_cg_tree_has_pid(const char *dir, pid_t pid)
+{
+    struct find_pid fp = {pid, false};
+
+    walk_tree(dir, find_pid, &fp);
+    return fp.found;
 }
 
 static void

@@ -42,7 +42,6 @@ struct xmp_cg_caps {
                          * hybrid, where attach joins that one first): its cgroup.events alone
                          * says whether the cgroup is empty */
     bool v2_kill;       /* the cgroup2 tree has cgroup.kill (5.14+) */
-    bool v2_freeze;     /* the cgroup2 tree has cgroup.freeze (5.2+): no v1 freezer needed */
     bool v2_cpu_stat;   /* the cgroup2 tree has cpu.stat (4.15+): CPU time without cpuacct */
     bool swap_max;      /* v2 memory.swap.max exists (swap accounting) */
     bool peak;          /* v2 memory.peak exists (5.19+) */
@@ -176,16 +175,19 @@ int xmp_cg_lc_read(const struct xmp_cg_hier *h, const char *rel, const char *fil
                    size_t size, struct xmp_error *err);
 /* libcgroup's name of the cgroup rel in hierarchy h: "<own>/<rel>" relative to the mount root. */
 void xmp_cg_lc_name(const struct xmp_cg_hier *h, const char *rel, char *buf, size_t size);
-/* SIGKILLs every pid in cgroup.procs of dir and all its descendants. */
-void xmp_cg_kill_procs_tree(const char *dir);
+/* SIGKILLs every pid in cgroup.procs of dir and all its descendants (never the caller), in
+ * rounds until one finds no new pid; no freezer. Returns the number of pids signalled. */
+int xmp_cg_kill_procs_tree(const char *dir);
+/* Thaws dir and its descendants (v1 freezer.state, v2 cgroup.freeze), where they have one. */
+void xmp_cg_thaw_tree(const char *dir);
+/* True when pid is listed in cgroup.procs of dir or one of its descendants. */
+bool xmp_cg_tree_has_pid(const char *dir, pid_t pid);
 /* True when cgroup.procs of dir and all its descendants are empty. */
 bool xmp_cg_procs_empty_tree(const char *dir);
 /* Removes dir's subdirectories (depth first) and dir itself with rmdir. */
 int xmp_cg_rmdir_tree(const char *dir, struct xmp_error *err);
 /* The cgroup2 tracking side (hybrid) and unified helpers (cgroup_v2.c). */
 int xmp_cg2_kill(const char *dir, struct xmp_error *err);
-/* The kill for kernels before 5.14 (no cgroup.kill): cgroup.freeze, SIGKILL each task, thaw. */
-int xmp_cg2_freeze_kill(const char *dir, struct xmp_error *err);
 bool xmp_cg2_is_empty(const char *dir);
 /* Kills cg (its ops) and waits until cgroup.events of its cgroup2 directory says "populated 0",
  * up to timeout_ms, sleeping in poll() on that file (the kernel raises POLLPRI when it changes)

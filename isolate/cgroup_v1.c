@@ -100,18 +100,19 @@ v1_values(const struct xmp_cgroup *cg, const struct xmp_limits *l, unsigned mask
     return 0;
 }
 
-/* True when the cgroup2 tracking tree holds every process of a job and can kill them. */
+/* True when the cgroup2 tracking tree holds every process of a job, so that killing there
+ * reaches them all. */
 static bool
 tracked(const struct xmp_cg_layout *lay)
 {
-    return lay->caps.tracking && (lay->caps.v2_kill || lay->caps.v2_freeze);
+    return lay->caps.tracking;
 }
 
 /* The hierarchies cg (job or worker) gets a directory of its own in: the cgroup2 tree, memory
- * (limits and the report's memory figures), and the others only where its limits, its stats or
- * its kill need them. In hybrid mode the cgroup2 tree does the kill (cgroup.kill or
- * cgroup.freeze), so the v1 freezer is not used, and its cpu.stat gives CPU times, so cpuacct is
- * needed only in legacy mode. A job gets the others when a worker first needs them (see
+ * (limits and the report's memory figures), and the others only where its limits or its stats
+ * need them. The v1 freezer is never used (see xmp_cg_kill_procs_tree); in hybrid mode the
+ * cgroup2 tree does the kill and its cpu.stat gives CPU times, so cpuacct is needed only in
+ * legacy mode. A job gets the others when a worker first needs them (see
  * extend_job): every attach to a v1 hierarchy costs a cgroup.procs write in the child. */
 static unsigned
 v1_mask(const struct xmp_cgroup *cg, const struct xmp_limits *l)
@@ -127,10 +128,6 @@ v1_mask(const struct xmp_cgroup *cg, const struct xmp_limits *l)
         want |= XMP_CG_PIDS;
     if (lay->unified < 0 || !lay->caps.v2_cpu_stat)
         want |= XMP_CG_CPUACCT;
-    if (tracked(lay))
-        want &= ~(unsigned)XMP_CG_FREEZER;
-    else
-        want |= XMP_CG_FREEZER;
     for (size_t i = 0; i < lay->n; i++)
         if (lay->h[i].v2 || (lay->h[i].ctrls & want))
             mask |= 1u << i;
@@ -150,7 +147,6 @@ learn_caps(struct xmp_cgroup *cg, struct xmp_error *err)
     if (lay->unified >= 0) {
         const char *dir = cg->dir[lay->unified];
         caps->v2_kill = xmp_cg_exists(dir, "cgroup.kill");
-        caps->v2_freeze = xmp_cg_exists(dir, "cgroup.freeze");
         caps->v2_cpu_stat = xmp_cg_exists(dir, "cpu.stat");
         caps->tracking = true;
     }
@@ -253,43 +249,20 @@ fail:
     return -1;
 }
 
-static void
-sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static int
 v1_kill(struct xmp_cgroup *cg, struct xmp_error *err)
 {
     const struct xmp_cg_layout *lay = cg->layout;
-    int f = hier_of(lay, XMP_CG_FREEZER);
-    bool frozen = false;
 
     /* Hybrid: every process of the worker is in its cgroup2 directory too (attach joins it
-     * first), and cgroup.kill (5.14+, or freeze and kill before it) reaches every task there
-     * even while it forks. */
+     * first), and cgroup.kill (5.14+) reaches every task there even while it forks. */
     if (tracked(lay))
         return xmp_cg2_kill(cg->dir[lay->unified], err);
-    if (f >= 0 && (cg->own & (1u << f)) && access(cg->dir[f], F_OK) == 0) {
-        /* Freeze first, so that no task forks between reading cgroup.procs and the kills. */
-        char state[32] = "";
-        if (xmp_cg_write(cg->dir[f], "freezer.state", "FROZEN", err) < 0)
-            return -1;
-        frozen = true;
-        for (int k = 0; k < 200; k++) {
-            if (xmp_cg_read(cg->dir[f], "freezer.state", state, sizeof(state), NULL) == 0 &&
-                strncmp(state, "FROZEN", 6) == 0)
-                break;
-            sleep_ms(5);
-        }
-    }
+    /* Legacy: every hierarchy the cgroup has a directory in, swept without freezing, so that
+     * no instant at which xmprun may die leaves a frozen cgroup behind. */
     for (size_t i = 0; i < lay->n; i++)
         if (cg->own & (1u << i))
             xmp_cg_kill_procs_tree(cg->dir[i]);
-    if (frozen && xmp_cg_write(cg->dir[f], "freezer.state", "THAWED", err) < 0)
-        return -1;
     return 0;
 }
 

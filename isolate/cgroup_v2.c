@@ -45,32 +45,6 @@ word_in(const char *text, const char *word)
     return false;
 }
 
-static void
-short_sleep(void)
-{
-    struct timespec ts = {0, 5 * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-int
-xmp_cg2_freeze_kill(const char *dir, struct xmp_error *err)
-{
-    char events[256];
-
-    /* Freeze, so that nothing forks between reading cgroup.procs and the kills, SIGKILL every
-     * task, thaw so that the kills are delivered. */
-    if (xmp_cg_write(dir, "cgroup.freeze", "1", err) < 0)
-        return -1;
-    for (int i = 0; i < 200; i++) {
-        if (xmp_cg_read(dir, "cgroup.events", events, sizeof(events), NULL) == 0 &&
-            xmp_cg_keyed(events, "frozen") == 1)
-            break;
-        short_sleep();
-    }
-    xmp_cg_kill_procs_tree(dir);
-    return xmp_cg_write(dir, "cgroup.freeze", "0", err);
-}
-
 int
 xmp_cg2_kill(const char *dir, struct xmp_error *err)
 {
@@ -85,8 +59,10 @@ xmp_cg2_kill(const char *dir, struct xmp_error *err)
             *err = e;
         return -1;
     }
-    /* Before Linux 5.14 there is no cgroup.kill. */
-    return xmp_cg2_freeze_kill(dir, err);
+    /* Before Linux 5.14 there is no cgroup.kill: SIGKILL every task, in rounds, without the
+     * freezer (see xmp_cg_kill_procs_tree for why). */
+    xmp_cg_kill_procs_tree(dir);
+    return 0;
 }
 
 /* From cgroup.events text: 1 populated, 0 not, -1 when it does not say. */
@@ -223,12 +199,17 @@ enable_controllers(const char *dir, bool allow_move, unsigned *enabled, struct x
             xmp_error_clear(&e);
             xmp_cg_write(dir, "cgroup.subtree_control", plus, &e);
         }
+        /* The advice fits who runs xmprun: root's scopes live in the system manager, a user's
+         * in their own (`systemd-run --user`, whose Delegate= a user may ask for). */
         if (e.errnum == EBUSY)
             return xmp_error_set(err, EBUSY,
-                                 "cannot enable %s in `%.64s`: other processes are in that "
-                                 "cgroup; start xmprun in a cgroup of its own (systemd-run "
-                                 "--user -p Delegate=yes --scope xmprun ...)",
-                                 wanted[i].name, dir);
+                                 "cannot enable %s in `%.64s`: other processes are in it; run "
+                                 "xmprun in a cgroup of its own (%s)",
+                                 wanted[i].name, dir,
+                                 geteuid() == 0 ? "systemd-run --scope -p Delegate=yes xmprun "
+                                                  "..., or a dedicated child cgroup"
+                                                : "systemd-run --user --scope -p Delegate=yes "
+                                                  "xmprun ...");
         if (e.errnum != 0) {
             if (err != NULL)
                 *err = e;
@@ -324,7 +305,6 @@ v2_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
             goto fail;
         /* Once per job, what the kernel offers (see struct xmp_cg_caps). */
         lay->caps.v2_kill = xmp_cg_exists(dir, "cgroup.kill");
-        lay->caps.v2_freeze = xmp_cg_exists(dir, "cgroup.freeze");
         lay->caps.v2_cpu_stat = true;
         lay->caps.tracking = true;
         lay->caps.swap_max = xmp_cg_exists(dir, "memory.swap.max");

@@ -265,6 +265,88 @@ oom_at_name(const struct xmp_supervisor *sv, const struct xmp_worker *w,
     return "shared";
 }
 
+/* How long a worker's death by SIGINT, SIGTERM or SIGHUP that xmprun did not send waits for
+ * the same kind of signal to reach xmprun before it counts as the worker's own failure. An
+ * outside stop (Slurm's scancel, a container stop, ^C to the process group) signals the
+ * workers and xmprun at nearly the same instant, but in no set order: the worker may die, and
+ * its pidfd be read, before xmprun's own signal is. Only such a death waits, and only once. */
+#define OUTSIDE_SIGNAL_WINDOW_MS 1000
+
+static bool
+is_stop_signal(int sig)
+{
+    return sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
+}
+
+/* The worker ended of a stop signal (or exited 128+it, as a shell or a handler does) that
+ * xmprun did not send. */
+static bool
+died_of_outside_stop(const struct xmp_worker *w)
+{
+    const struct xmp_worker_report *rep = w->rep;
+    int sig = rep->signal > 0 ? rep->signal : rep->exit_code > 128 ? rep->exit_code - 128 : 0;
+
+    return !w->stop_sent && rep->state != XMP_WORKER_FAILED_TO_START && is_stop_signal(sig);
+}
+
+/* xmprun got SIGINT, SIGTERM or SIGHUP: forward it, and stop the job (a second one: at once). */
+static void
+on_interrupt(struct xmp_supervisor *sv, int sig)
+{
+    int64_t now = xmp_now_ns();
+
+    /* Forward to every worker's process group, as a terminal would to a foreground job. */
+    for (size_t i = 0; i < sv->n_workers; i++)
+        if (sv->workers[i].running && sv->workers[i].pid > 0)
+            kill(-sv->workers[i].pid, sig);
+    if (sv->report.interrupt_signal != 0) {
+        /* A second ^C means "now". */
+        kill_all_now(sv);
+        return;
+    }
+    sv->report.interrupt_signal = sig;
+    sv->report.interrupt_mono_ns = now;
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        if (w->running)
+            w->stop_sent = true;
+        else if (w->rep != NULL && w->rep->ended_mono_ns > 0 && died_of_outside_stop(w) &&
+                 now - w->rep->ended_mono_ns <= OUTSIDE_SIGNAL_WINDOW_MS * 1000000LL)
+            w->rep->interrupted = true;
+    }
+    if (sv->stopping == XMP_STOP_NONE)
+        sv->stopping = XMP_STOP_INTERRUPT;
+    if (sv->kill_at_ns == 0)
+        sv->kill_at_ns = now + sv->spec->grace_ms * 1000000;
+    arm_timer(sv);
+}
+
+/* A worker died of a stop signal xmprun did not send: wait (bounded) for the outside signal
+ * that may be on its way to xmprun too. True when it came (the death is then the interrupt's). */
+static bool
+await_outside_signal(struct xmp_supervisor *sv)
+{
+    struct timespec ts = {OUTSIDE_SIGNAL_WINDOW_MS / 1000,
+                          (OUTSIDE_SIGNAL_WINDOW_MS % 1000) * 1000000L};
+    sigset_t set;
+    siginfo_t si;
+    int sig;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    /* The signals are blocked (they go to the signalfd), so sigtimedwait takes them off the
+     * pending set just as a read of the signalfd would. */
+    do
+        sig = sigtimedwait(&set, &si, &ts);
+    while (sig < 0 && errno == EINTR);
+    if (sig <= 0)
+        return false;
+    on_interrupt(sv, sig);
+    return true;
+}
+
 /* The worker decides what is at its TORCHELASTIC_ERROR_FILE path, so it is read without
  * following a link (to a file only xmprun could read), without blocking on a FIFO, and only up
  * to a bound. What is not whole JSON is kept as text, with a note that says why. */
@@ -378,8 +460,12 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
         xmp_status_erase(&sv->status); /* xmprun's own lines go below it too */
         fprintf(stderr, "xmprun: %s\n", msg);
     }
-    if (xmp_worker_failed(rep))
-        on_worker_failure(sv);
+    if (!xmp_worker_failed(rep))
+        return;
+    /* Its death may be the first sign of an outside stop that is about to reach xmprun. */
+    if (sv->report.interrupt_signal == 0 && died_of_outside_stop(w) && await_outside_signal(sv))
+        return;
+    on_worker_failure(sv);
 }
 
 /* Reaps the worker if it has exited; its status is taken through the pidfd so that a recycled
@@ -445,27 +531,13 @@ on_signal(struct xmp_supervisor *sv)
             reap_children(sv);
             continue;
         }
-        /* Forward to every worker's process group, as a terminal would to a foreground job. */
+        if (is_stop_signal(sig)) {
+            on_interrupt(sv, sig);
+            continue;
+        }
         for (size_t i = 0; i < sv->n_workers; i++)
             if (sv->workers[i].running && sv->workers[i].pid > 0)
                 kill(-sv->workers[i].pid, sig);
-        if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP)
-            continue;
-        if (sv->report.interrupt_signal == 0) {
-            sv->report.interrupt_signal = sig;
-            sv->report.interrupt_mono_ns = xmp_now_ns();
-            for (size_t i = 0; i < sv->n_workers; i++)
-                if (sv->workers[i].running)
-                    sv->workers[i].stop_sent = true;
-            if (sv->stopping == XMP_STOP_NONE)
-                sv->stopping = XMP_STOP_INTERRUPT;
-            if (sv->kill_at_ns == 0)
-                sv->kill_at_ns = xmp_now_ns() + sv->spec->grace_ms * 1000000;
-            arm_timer(sv);
-        } else {
-            /* A second ^C means "now". */
-            kill_all_now(sv);
-        }
     }
 }
 
@@ -797,12 +869,24 @@ write_state(struct xmp_supervisor *sv)
         return;
     for (size_t i = 0; i < sv->n_workers; i++)
         pids[i] = sv->workers[i].pid;
+    const char *dirs[16];
+    size_t n_dirs = sv->job_cg != NULL ? xmp_cgroup_dirs(sv->job_cg, dirs, 16) : 0;
+    char leaf[1024];
+    bool in_leaf = sv->job_cg != NULL && xmp_cgroup_self_leaf(leaf, sizeof(leaf)) == 1;
+
     if (xmp_state_write(sv->state_dir, sv->plan.cgroup_name, sv->mode,
-                        sv->job_cg != NULL ? xmp_cgroup_path(sv->job_cg) : NULL, sv->plan.run_dir,
-                        pids, sv->n_workers, &err) == 0)
+                        sv->job_cg != NULL ? xmp_cgroup_path(sv->job_cg) : NULL, dirs, n_dirs,
+                        in_leaf ? leaf : NULL, sv->plan.run_dir, pids, sv->n_workers, &err) == 0) {
         sv->state_written = true;
-    else if (sv->opts->verbosity > 0)
-        fprintf(stderr, "xmprun: warning: state file: %s\n", err.msg);
+    } else if (!sv->state_warned && !xmp_quiet(sv)) {
+        /* Said once, not only with -v: without it, a SIGKILLed xmprun's leftovers are lost to
+         * gc, and the user should know before that happens. */
+        fprintf(stderr,
+                "xmprun: warning: state file: %s; if xmprun is killed, `xmprun gc` cannot clean "
+                "up after this job (set XMPRUN_STATE_DIR to a writable directory)\n",
+                err.msg);
+        sv->state_warned = true;
+    }
 }
 
 /* One run of the whole group, until every worker is reaped. */

@@ -63,7 +63,9 @@ struct xmp_supervisor {
     enum xmp_cgroup_mode mode;
     struct xmp_cgroup *job_cg;
     const char *state_dir;
+    char state_dir_buf[512]; /* where state_dir points when it is not from the environment */
     bool state_written;
+    bool state_warned; /* the state file could not be written, and the user was told */
     bool made_run_dir;
     int epfd;
     int sigfd;

@@ -309,7 +309,7 @@ xmp_report_finish(struct xmp_report *r)
      * Workers xmprun stopped because of one of those are consequences, not causes. */
     for (size_t i = 0; i < r->n_workers; i++) {
         const struct xmp_worker_report *w = &r->workers[i];
-        if (xmp_worker_failed(w) && w->ended_mono_ns < best) {
+        if (xmp_worker_failed(w) && !w->interrupted && w->ended_mono_ns < best) {
             best = w->ended_mono_ns;
             first = w;
             kind = XMP_CAUSE_WORKER;

@@ -50,8 +50,12 @@ struct xmp_worker_report {
     struct timespec ended_at;
     int64_t ended_mono_ns; /* CLOCK_MONOTONIC, orders failures ("earliest") */
     enum xmp_worker_state state;
-    int exit_code;        /* -1: null (killed by a signal, or never started) */
-    int signal;           /* 0: null */
+    int exit_code; /* -1: null (killed by a signal, or never started) */
+    int signal;    /* 0: null */
+    /* It died of the outside stop signal that reached xmprun too (scancel, a container stop,
+     * ^C to the process group), just before xmprun saw it: a consequence of the interrupt,
+     * not a failure of its own, so never the root cause. */
+    bool interrupted;
     int64_t memory_limit; /* bytes, -1: null */
     /* resources.job.memory, -1: none; names the limit of an OOM kill the worker's own limit
      * did not cause. */

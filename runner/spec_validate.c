@@ -655,7 +655,7 @@ set_defaults(struct xmp_spec *s)
     s->no_new_privs = true;
     s->inherit_env = true;
     s->on_failure = XMP_FAILURE_KILL_ALL;
-    s->grace_ms = 10000;
+    s->grace_ms = 5000; /* fits inside Docker/Podman's 10 s stop timeout (SPEC.md) */
     s->restarts = 0;
     s->timeout_ms = 0;
     s->console = XMP_CONSOLE_PREFIX;

@@ -20,13 +20,57 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-const char *
-xmp_state_dir(char *const *envp)
+static const char *
+env_get(char *const *envp, const char *name)
 {
+    size_t len = strlen(name);
+
     for (size_t i = 0; envp != NULL && envp[i] != NULL; i++)
-        if (strncmp(envp[i], "XMPRUN_STATE_DIR=", 17) == 0 && envp[i][17] != '\0')
-            return envp[i] + 17;
-    return "/run/xmprun";
+        if (strncmp(envp[i], name, len) == 0 && envp[i][len] == '=' && envp[i][len + 1] != '\0')
+            return envp[i] + len + 1;
+    return NULL;
+}
+
+const char *
+xmp_state_dir(char *const *envp, char *buf, size_t size)
+{
+    const char *dir = env_get(envp, "XMPRUN_STATE_DIR");
+    const char *xdg = env_get(envp, "XDG_RUNTIME_DIR");
+    struct stat st;
+
+    if (dir != NULL)
+        return dir;
+    if (geteuid() == 0)
+        return "/run/xmprun";
+    /* A user cannot write /run/xmprun: their own runtime directory (systemd's per-user tmpfs,
+     * removed at logout, which is what state files should outlive no longer), if it is theirs;
+     * else one per uid in /tmp, which prepare_dir checks before trusting. */
+    if (xdg != NULL && xdg[0] == '/' && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode) &&
+        st.st_uid == geteuid() && snprintf(buf, size, "%s/xmprun", xdg) < (int)size)
+        return buf;
+    snprintf(buf, size, "/tmp/xmprun-%u", (unsigned)geteuid());
+    return buf;
+}
+
+/* Creates the state directory if need be and checks that it is safe to keep state in: a real
+ * directory (not a link) of this user's, that nobody else may write, so that another user
+ * cannot plant state files that make gc kill or remove what they name. */
+static int
+prepare_dir(const char *dir, bool create, struct xmp_error *err)
+{
+    struct stat st;
+    bool shared = geteuid() != 0;
+
+    if (create && mkdir(dir, shared ? 0700 : 0755) < 0 && errno != EEXIST)
+        return xmp_error_set(err, errno, "mkdir `%s`", dir);
+    if (lstat(dir, &st) < 0)
+        return xmp_error_set(err, errno, "state directory `%s`", dir);
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022) != 0)
+        return xmp_error_set(err, EPERM,
+                             "state directory `%s` is not a directory of uid %u that only it may "
+                             "write; remove it, or set XMPRUN_STATE_DIR",
+                             dir, (unsigned)geteuid());
+    return 0;
 }
 
 int
@@ -60,16 +104,20 @@ xmp_proc_start_time(pid_t pid, unsigned long long *out)
 
 int
 xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode mode,
-                const char *cgroup_path, const char *run_dir, const pid_t *pids, size_t n_pids,
+                const char *cgroup_path, const char *const *cgroup_dirs, size_t n_dirs,
+                const char *self_leaf, const char *run_dir, const pid_t *pids, size_t n_pids,
                 struct xmp_error *err)
 {
     cleanup_free char *path = NULL;
     cleanup_free char *text = NULL;
     unsigned long long start = 0;
-    json_t *doc, *workers = json_array();
+    json_t *doc, *workers = json_array(), *dirs = json_array();
 
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-        return xmp_error_set(err, errno, "mkdir `%s`", dir);
+    if (prepare_dir(dir, true, err) < 0) {
+        json_decref(workers);
+        json_decref(dirs);
+        return -1;
+    }
     xmp_proc_start_time(getpid(), &start);
     for (size_t i = 0; i < n_pids; i++) {
         unsigned long long st = 0;
@@ -78,10 +126,14 @@ xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode m
         json_array_append_new(
             workers, json_pack("{s:i, s:I}", "pid", (int)pids[i], "start_time", (json_int_t)st));
     }
-    doc = json_pack("{s:i, s:I, s:s, s:s, s:s?, s:s?, s:o}", "pid", (int)getpid(), "start_time",
-                    (json_int_t)start, "cgroup_name", cgroup_name, "cgroup_mode",
-                    xmp_cgroup_mode_name(mode), "cgroup_path", cgroup_path, "run_dir", run_dir,
-                    "workers", workers);
+    /* Where the job's directories are, in every hierarchy: gc may run from another cgroup
+     * (a login shell, a cron job) than the one this xmprun ran in (a Slurm step's). */
+    for (size_t i = 0; i < n_dirs; i++)
+        json_array_append_new(dirs, json_string(cgroup_dirs[i]));
+    doc = json_pack("{s:i, s:I, s:s, s:s, s:s?, s:o, s:s?, s:s?, s:o}", "pid", (int)getpid(),
+                    "start_time", (json_int_t)start, "cgroup_name", cgroup_name, "cgroup_mode",
+                    xmp_cgroup_mode_name(mode), "cgroup_path", cgroup_path, "cgroup_dirs", dirs,
+                    "self_leaf", self_leaf, "run_dir", run_dir, "workers", workers);
     text = json_dumps(doc, JSON_COMPACT);
     json_decref(doc);
     if (text == NULL || asprintf(&path, "%s/%s.json", dir, cgroup_name) < 0)
@@ -182,7 +234,12 @@ struct gc_ctx {
     size_t n_dead;
     char **files; /* their state files, removed once the cgroups are */
     size_t n_files;
-    bool pids_visible; /* every owner pid in the cgroup names can be checked from here */
+    char **cleaned; /* the jobs something was really killed or removed for */
+    size_t n_cleaned;
+    bool pids_visible;    /* every owner pid in the cgroup names can be checked from here */
+    size_t n_recounted;   /* names the cgroup scan takes that were counted already */
+    struct xmp_error err; /* the first job that could not be cleaned */
+    bool failed;
 };
 
 static bool
@@ -228,8 +285,11 @@ is_orphan(const char *name, void *data)
     /* The leaf a cgroup v2 xmprun moved itself into: collectable once that xmprun is gone. */
     if (xmp_cgroup_self_leaf_pid(name, &owner))
         return owner > 0 && owner != getpid() && kill(owner, 0) < 0 && errno == ESRCH;
-    if (in_list(ctx->dead, ctx->n_dead, name))
+    if (in_list(ctx->dead, ctx->n_dead, name)) {
+        if (in_list(ctx->cleaned, ctx->n_cleaned, name))
+            ctx->n_recounted++;
         return true;
+    }
     /* No state file (it could not be written, or was lost): only a dead owner pid counts, so
      * that a running job is never collected. */
     owner = owner_from_name(name);
@@ -252,7 +312,7 @@ push(char ***list, size_t *n, const char *name)
 
 /* Removes a dead job's scratch directory and the error files in it (nothing else is put
  * there, and only a path that looks like one xmprun made is touched). */
-static void
+static bool
 remove_run_dir(const char *run_dir)
 {
     DIR *d;
@@ -260,26 +320,31 @@ remove_run_dir(const char *run_dir)
     const char *base = run_dir != NULL ? strrchr(run_dir, '/') : NULL;
 
     if (base == NULL || strncmp(base + 1, "xmprun-", 7) != 0)
-        return;
+        return false;
     d = opendir(run_dir);
     while (d != NULL && (de = readdir(d)) != NULL)
         if (strncmp(de->d_name, "error-", 6) == 0)
             unlinkat(dirfd(d), de->d_name, 0);
     if (d != NULL)
         closedir(d);
-    rmdir(run_dir);
+    return rmdir(run_dir) == 0;
 }
 
-/* Reads one state file; kills the workers of a dead owner (by pid and start time, never a
- * recycled pid) and records the job as live or dead. */
+/* Reads one state file; for a dead owner, kills its workers (by pid and start time, never a
+ * recycled pid), then everything in its cgroup directories (by membership: setsid grandchildren
+ * too), removes those directories and its scratch directory; records the job as live or dead. */
 static void
 scan_state_file(const char *dir, const char *file, struct gc_ctx *ctx)
 {
     char path[4096];
-    json_t *doc, *workers, *w;
+    json_t *doc, *workers, *w, *dirs;
     json_int_t pid = 0, start = 0;
     const char *cg = NULL;
-    size_t i;
+    const char *cg_dirs[16];
+    size_t i, n_dirs = 0;
+    struct xmp_error e = {0};
+    bool did = false;
+    int ret;
 
     snprintf(path, sizeof(path), "%s/%s", dir, file);
     doc = json_load_file(path, 0, NULL);
@@ -301,12 +366,49 @@ scan_state_file(const char *dir, const char *file, struct gc_ctx *ctx)
         if (wpid > 1 && process_matches((pid_t)wpid, (unsigned long long)wstart)) {
             kill(-(pid_t)wpid, SIGKILL);
             kill((pid_t)wpid, SIGKILL);
+            did = true;
         }
     }
-    remove_run_dir(json_string_value(json_object_get(doc, "run_dir")));
+    dirs = json_object_get(doc, "cgroup_dirs");
+    json_array_foreach(dirs, i, w)
+    {
+        const char *d = json_string_value(w);
+        const char *base = d != NULL ? strrchr(d, '/') : NULL;
+        /* Only the job's own directories: their last component is the job's cgroup name. */
+        if (base != NULL && strcmp(base + 1, cg) == 0 &&
+            n_dirs < sizeof(cg_dirs) / sizeof(*cg_dirs))
+            cg_dirs[n_dirs++] = d;
+    }
+    ret = xmp_cgroup_gc_dirs(cg_dirs, n_dirs, &e);
+    /* The leaf it moved itself into (cgroup v2), once the job's cgroups are gone. */
+    if (ret >= 0 && json_is_string(json_object_get(doc, "self_leaf")))
+        ret = xmp_cgroup_gc_leaf(json_string_value(json_object_get(doc, "self_leaf")), &e) < 0
+                  ? -1
+                  : ret;
+    if (remove_run_dir(json_string_value(json_object_get(doc, "run_dir"))))
+        did = true;
     push(&ctx->dead, &ctx->n_dead, cg);
-    push(&ctx->files, &ctx->n_files, path);
+    if (ret < 0) {
+        /* The state file stays, so that a later gc can try again. */
+        if (!ctx->failed) {
+            ctx->err = e;
+            xmp_error_wrap(&ctx->err, "%s", cg);
+        }
+        ctx->failed = true;
+    } else {
+        push(&ctx->files, &ctx->n_files, path);
+        if (ret > 0 || did)
+            push(&ctx->cleaned, &ctx->n_cleaned, cg);
+    }
     json_decref(doc);
+}
+
+static void
+free_list(char **list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(list[i]);
+    free(list);
 }
 
 int
@@ -314,11 +416,15 @@ xmp_state_gc(const char *dir, struct xmp_error *err)
 {
     struct gc_ctx ctx = {0};
     enum xmp_cgroup_mode mode = XMP_CGROUP_MODE_NONE;
-    DIR *d = opendir(dir);
+    struct xmp_error e = {0};
+    DIR *d = NULL;
     struct dirent *de;
     int removed = 0, ret = 0;
 
     ctx.pids_visible = !foreign_processes_nearby();
+    /* State files are trusted only in a directory that is safely this user's. */
+    if (prepare_dir(dir, false, &e) == 0)
+        d = opendir(dir);
     while (d != NULL && (de = readdir(d)) != NULL) {
         size_t len = strlen(de->d_name);
         if (de->d_name[0] == '.' || len < 6 || strcmp(de->d_name + len - 5, ".json") != 0)
@@ -328,23 +434,24 @@ xmp_state_gc(const char *dir, struct xmp_error *err)
     if (d != NULL)
         closedir(d);
 
-    if (xmp_cgroup_detect(&mode, err) == 0 && mode != XMP_CGROUP_MODE_NONE) {
-        removed = xmp_cgroup_gc(mode, is_orphan, &ctx, err);
-        if (removed < 0)
-            ret = -1;
+    xmp_error_clear(&e);
+    if (xmp_cgroup_detect(&mode, &e) == 0 && mode != XMP_CGROUP_MODE_NONE) {
+        removed = xmp_cgroup_gc(mode, is_orphan, &ctx, &e);
+        if (removed < 0 && !ctx.failed) {
+            ctx.err = e;
+            ctx.failed = true;
+        }
     }
-    for (size_t i = 0; i < ctx.n_files; i++) {
+    for (size_t i = 0; i < ctx.n_files; i++)
         unlink(ctx.files[i]);
-        free(ctx.files[i]);
-    }
-    for (size_t i = 0; i < ctx.n_dead; i++)
-        free(ctx.dead[i]);
-    free(ctx.files);
-    for (size_t i = 0; i < ctx.n_live; i++)
-        free(ctx.live[i]);
-    free(ctx.dead);
-    free(ctx.live);
-    if (ret < 0)
-        return -1;
-    return removed > (int)ctx.n_dead ? removed : (int)ctx.n_dead;
+    if (removed > 0)
+        removed = removed > (int)ctx.n_recounted ? removed - (int)ctx.n_recounted : 0;
+    ret = ctx.failed ? -1 : (int)ctx.n_cleaned + (removed > 0 ? removed : 0);
+    if (ctx.failed && err != NULL)
+        *err = ctx.err;
+    free_list(ctx.files, ctx.n_files);
+    free_list(ctx.dead, ctx.n_dead);
+    free_list(ctx.live, ctx.n_live);
+    free_list(ctx.cleaned, ctx.n_cleaned);
+    return ret;
 }

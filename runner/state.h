@@ -10,21 +10,30 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* $XMPRUN_STATE_DIR, else /run/xmprun. */
-const char *xmp_state_dir(char *const *environ);
+/* Where state files go: $XMPRUN_STATE_DIR; else /run/xmprun for root; else a directory the
+ * user owns, $XDG_RUNTIME_DIR/xmprun or /tmp/xmprun-<uid> (made 0700 and checked for its owner
+ * before use). The result is either in environ or in buf. */
+const char *xmp_state_dir(char *const *environ, char *buf, size_t size);
 
 /* Field 22 of /proc/<pid>/stat (clock ticks since boot): with the pid, it names a process
  * uniquely, so a recycled pid is not mistaken for the owner. */
 int xmp_proc_start_time(pid_t pid, unsigned long long *out);
 
-/* Writes (atomically, replacing) <dir>/<cgroup_name>.json for the current process. */
-/* run_dir (may be NULL) is the job's scratch directory, removed by gc with the files in it. */
+/* Writes (atomically, replacing) <dir>/<cgroup_name>.json for the current process: the job's
+ * cgroup directories in every hierarchy (absolute paths, so that gc finds them from anywhere),
+ * self_leaf (may be NULL), the cgroup v2 leaf xmprun moved itself into, and run_dir (may be
+ * NULL), the job's scratch directory; gc removes them all once the owner is dead. */
 int xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode mode,
-                    const char *cgroup_path, const char *run_dir, const pid_t *pids, size_t n_pids,
+                    const char *cgroup_path, const char *const *cgroup_dirs, size_t n_dirs,
+                    const char *self_leaf, const char *run_dir, const pid_t *pids, size_t n_pids,
                     struct xmp_error *err);
 void xmp_state_remove(const char *dir, const char *cgroup_name);
 
-/* Kills and removes what orphaned jobs left. Returns the number of jobs cleaned, or -1. */
+/* Kills and removes what orphaned jobs left: by their state files (their processes by pid and
+ * start time and by cgroup membership, their directories in every hierarchy, wherever they
+ * are), then "xmprun-*" cgroups below this process's own cgroup that no live xmprun owns.
+ * Returns the number of jobs it really cleaned (something killed or removed), or -1 when one
+ * could not be cleaned (err says which; its state file is kept for a later try). */
 int xmp_state_gc(const char *dir, struct xmp_error *err);
 
 #endif

@@ -440,7 +440,7 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
     xmp_now_real(&sv.report.started_at);
     sv.report.started_mono_ns = xmp_now_ns();
     sv.report.cgroup_mode = "none";
-    sv.state_dir = xmp_state_dir(opts->environ);
+    sv.state_dir = xmp_state_dir(opts->environ, sv.state_dir_buf, sizeof(sv.state_dir_buf));
 
     /* Workers run in their own process groups, in the background as far as a terminal is
      * concerned: one that read the terminal would be stopped by SIGTTIN for good. So a terminal
@@ -506,6 +506,13 @@ setup_failed:
     sv.report.n_workers = 0;
 done:
     destroy_cgroups(&sv);
+    /* Leave the cgroup as it was found: out of the xmprun-self leaf (cgroup v2), which is
+     * removed, so that it neither piles up nor blocks the next process that joins the parent. */
+    {
+        struct xmp_error e = {0};
+        if (xmp_cgroup_leave_self_leaf(&e) < 0 && !xmp_quiet(&sv))
+            fprintf(stderr, "xmprun: warning: %s\n", e.msg);
+    }
     /* Destroying the cgroups killed what was left; those were xmprun's children (it is their
      * subreaper), so reap them rather than leave zombies. */
     xmp_group_kill_orphans();
@@ -541,5 +548,7 @@ done:
 int
 xmp_job_gc(const struct xmp_run_options *opts, struct xmp_error *err)
 {
-    return xmp_state_gc(xmp_state_dir(opts->environ), err);
+    char buf[512];
+
+    return xmp_state_gc(xmp_state_dir(opts->environ, buf, sizeof(buf)), err);
 }

@@ -251,6 +251,45 @@ e2e_assert_no_cgroups(pid_t owner)
     }
 }
 
+/* A test's own cleanup of a cgroup tree it made, whatever the code under test left in it:
+ * depth first, each cgroup is thawed (v1 freezer.state, v2 cgroup.freeze), every task in it
+ * is SIGKILLed by pid, and the directory is removed once empty. */
+static inline void
+e2e_purge_cgroup_tree(const char *path)
+{
+    char sub[4400], *text;
+    DIR *d = opendir(path);
+    struct dirent *de;
+
+    if (d == NULL)
+        return;
+    while ((de = readdir(d)) != NULL)
+        if (de->d_type == DT_DIR && de->d_name[0] != '.') {
+            snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
+            e2e_purge_cgroup_tree(sub);
+        }
+    closedir(d);
+    const char *thaw[][2] = {{"freezer.state", "THAWED"}, {"cgroup.freeze", "0"}};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(sub, sizeof(sub), "%s/%s", path, thaw[i][0]);
+        FILE *f = fopen(sub, "w");
+        if (f != NULL) {
+            fputs(thaw[i][1], f);
+            fclose(f);
+        }
+    }
+    snprintf(sub, sizeof(sub), "%s/cgroup.procs", path);
+    for (int k = 0; k < 200 && rmdir(path) < 0 && errno == EBUSY; k++) {
+        text = xt_read_file(sub);
+        for (char *p = text; p != NULL && *p != '\0';
+             p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+            if (atoi(p) > 0)
+                kill((pid_t)atoi(p), SIGKILL);
+        free(text);
+        usleep(10000);
+    }
+}
+
 /* The owner pid from the report's job id ("<pid>-<hex>"). */
 static inline pid_t
 e2e_owner(const struct e2e *e)

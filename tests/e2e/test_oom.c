@@ -371,7 +371,7 @@ Test(oom, podman_memory_limit_is_named, .timeout = 180)
                   * same release. */
                  "for l in $(ldd \"$XMPRUN\" | sed -n 's/.*=> \\(\\/[^ ]*\\).*/\\1/p'); do\n"
                  "  cp \"$l\" \"$DIR/lib/\" || exit 91; done\n"
-                 "exec flock -w 120 /tmp/xmp-podman.lock %s run --rm --memory=128m --privileged "
+                 "exec flock -o -w 120 /tmp/xmp-podman.lock %s run --rm --memory=128m --privileged "
                  "-v \"$XMPRUN:/usr/local/bin/xmprun:ro\" -v \"$DIR:/job\" "
                  "-e LD_LIBRARY_PATH=/job/lib localhost/xmp-base-ep --report /job/report.json "
                  "/job/job.yaml\n",

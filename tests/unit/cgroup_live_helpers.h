@@ -170,7 +170,7 @@ live_init(void)
 }
 
 /* On a hybrid host the v1 hierarchies alone are a real legacy layout: the same tests run again
- * with the mode forced to legacy (no cgroup2 tracking tree: freezer kill, cgroup.procs checks). */
+ * with the mode forced to legacy (no cgroup2 tracking tree: sweep kill, cgroup.procs checks). */
 static inline void
 legacy_init(void)
 {
@@ -271,16 +271,16 @@ mounted_with(size_t i, const char *const *list)
 /* The cgroup (relative to the hierarchy root, as /proc/<pid>/cgroup shows it) in which a worker
  * `worker` of job `job`, created without limits, must be in hierarchy H[i]: its own directory
  * where it needs one (memory and the cgroup2 tree always; in legacy mode also cpuacct, for CPU
- * times, and freezer, for the kill), the job's elsewhere, and in hybrid mode, where the cgroup2
- * tree kills (cgroup.kill or cgroup.freeze), the freezer hierarchy is not used at all. */
+ * times), the job's elsewhere. The freezer hierarchy is never used: a cgroup left frozen by an
+ * xmprun that dies at the wrong moment would keep its tasks for good. */
 /* True when a job made by make_job (a memory limit at most), with workers without limits, has
- * a directory in hierarchy H[i]: the cgroup2 tree and memory always; cpuacct (CPU times) and
- * freezer (the kill) in legacy mode, and cpuacct in hybrid mode only if the cgroup2 tree has
- * no cpu.stat. cpu, cpuset and pids only when a limit needs them. */
+ * a directory in hierarchy H[i]: the cgroup2 tree and memory always; cpuacct (CPU times) in
+ * legacy mode, and in hybrid mode only if the cgroup2 tree has no cpu.stat. cpu, cpuset and pids
+ * only when a limit needs them. */
 static inline bool
 job_uses(size_t i, const char *job)
 {
-    static const char *const legacy[] = {"memory", "", "cpuacct", "freezer", NULL};
+    static const char *const legacy[] = {"memory", "", "cpuacct", NULL};
     static const char *const hybrid[] = {"memory", "", NULL};
     static const char *const hybrid_old[] = {"memory", "", "cpuacct", NULL};
     char stat[2048];

@@ -36,7 +36,7 @@ spec_defaults(struct xmp_spec *s)
     s->worker.cpuset_mode = XMP_CPUSET_AUTO;
     s->job_memory = s->shared_memory = -1;
     s->no_new_privs = true;
-    s->grace_ms = 10000;
+    s->grace_ms = 5000;
     s->log_tail = 40;
     s->nnodes = 1;
     s->node_rank = 0;

@@ -470,7 +470,7 @@ Test(good, defaults)
     cr_expect_null(s.seccomp_profile);
     cr_expect(s.no_new_privs);
     cr_expect_eq(s.on_failure, XMP_FAILURE_KILL_ALL);
-    cr_expect_eq(s.grace_ms, 10000);
+    cr_expect_eq(s.grace_ms, 5000);
     cr_expect_eq(s.restarts, 0);
     cr_expect_eq(s.timeout_ms, 0);
     cr_expect_eq(s.console, XMP_CONSOLE_PREFIX);

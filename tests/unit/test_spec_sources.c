@@ -157,7 +157,7 @@ Test(specless, command_line)
     cr_expect_not(s.command_shell);
     cr_expect_eq(s.workers, 4);
     cr_expect_str_eq(s.workdir, "/tmp");
-    cr_expect_eq(s.grace_ms, 10000);
+    cr_expect_eq(s.grace_ms, 5000);
     xmp_spec_free(&s);
 }
 

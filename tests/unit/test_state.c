@@ -33,8 +33,55 @@ Test(state, dir_from_environment)
 {
     char *env[] = {"HOME=/root", "XMPRUN_STATE_DIR=/tmp/x", NULL};
     char *none[] = {"HOME=/root", NULL};
-    cr_assert_str_eq(xmp_state_dir(env), "/tmp/x");
-    cr_assert_str_eq(xmp_state_dir(none), "/run/xmprun");
+    char buf[512];
+    cr_assert_str_eq(xmp_state_dir(env, buf, sizeof(buf)), "/tmp/x");
+    if (geteuid() == 0)
+        cr_assert_str_eq(xmp_state_dir(none, buf, sizeof(buf)), "/run/xmprun");
+}
+
+/* A user who is not root gets a directory of their own: $XDG_RUNTIME_DIR/xmprun when that is
+ * theirs, else /tmp/xmprun-<uid>, which must be theirs and closed to others before state is
+ * kept there (another user could otherwise plant state files for gc to act on). */
+Test(state, users_get_a_directory_of_their_own, .timeout = 10)
+{
+    const uid_t uid = 65534;
+    char *xdg = xt_tmpdir(), buf[512], env_xdg[600], tmpdir[64];
+    char *with_xdg[2] = {env_xdg, NULL}, *none[] = {"HOME=/", NULL};
+    struct xmp_error err = {0};
+    struct stat st;
+
+    if (geteuid() != 0)
+        cr_skip_test("needs root to act as another uid");
+    snprintf(env_xdg, sizeof(env_xdg), "XDG_RUNTIME_DIR=%s", xdg);
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/xmprun-%u", (unsigned)uid);
+    cr_assert_neq(stat(tmpdir, &st), 0, "%s exists already", tmpdir);
+    cr_assert_eq(chown(xdg, uid, uid), 0);
+    cr_assert_eq(seteuid(uid), 0);
+    snprintf(buf, sizeof(buf), "%s/xmprun", xdg);
+    char expect[512];
+    snprintf(expect, sizeof(expect), "%s", buf);
+    cr_expect_str_eq(xmp_state_dir(with_xdg, buf, sizeof(buf)), expect);
+    cr_expect_str_eq(xmp_state_dir(none, buf, sizeof(buf)), tmpdir);
+    /* The per-uid directory is made 0700 and used. */
+    cr_expect_eq(xmp_state_write(tmpdir, "xmprun-u-1-cccccc", XMP_CGROUP_MODE_NONE, NULL, NULL, 0,
+                                 NULL, NULL, NULL, 0, &err),
+                 0, "%s", err.msg);
+    cr_expect_eq(stat(tmpdir, &st), 0);
+    cr_expect_eq(st.st_mode & 0777, 0700);
+    xmp_state_remove(tmpdir, "xmprun-u-1-cccccc");
+    cr_assert_eq(seteuid(0), 0);
+    /* Someone else's directory at that path is refused, with the path named. */
+    cr_assert_eq(chown(tmpdir, 0, 0), 0);
+    cr_assert_eq(seteuid(uid), 0);
+    cr_expect_eq(xmp_state_write(tmpdir, "xmprun-u-1-cccccc", XMP_CGROUP_MODE_NONE, NULL, NULL, 0,
+                                 NULL, NULL, NULL, 0, &err),
+                 -1);
+    cr_expect(strstr(err.msg, tmpdir) != NULL && strstr(err.msg, "XMPRUN_STATE_DIR") != NULL, "%s",
+              err.msg);
+    cr_assert_eq(seteuid(0), 0);
+    rmdir(tmpdir);
+    xt_tmpdir_remove(xdg);
+    free(xdg);
 }
 
 static pid_t
@@ -84,8 +131,8 @@ Test(state, gc_kills_the_workers_of_a_dead_owner, .timeout = 30)
     json_decref(doc);
 
     /* A live job: this process, written through the real writer. */
-    cr_assert_eq(xmp_state_write(dir, "xmprun-live-1-bbbbbb", XMP_CGROUP_MODE_NONE, NULL, NULL,
-                                 &stranger, 1, &err),
+    cr_assert_eq(xmp_state_write(dir, "xmprun-live-1-bbbbbb", XMP_CGROUP_MODE_NONE, NULL, NULL, 0,
+                                 NULL, NULL, &stranger, 1, &err),
                  0, "%s", err.msg);
 
     cr_assert_geq(xmp_state_gc(dir, &err), 1, "%s", err.msg);
