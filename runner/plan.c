@@ -9,6 +9,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,11 +114,13 @@ sel_contains(const struct xmp_plan_sel *devs, size_t n, const struct xmp_device 
     return false;
 }
 
-/* Narrows all GPUs to an inherited list. CUDA stops at the first entry it cannot resolve
- * (a bad index, "-1", Slurm's "NoDevFiles", a duplicate) and hides everything after it, so
- * the same list gives the same devices here as in a CUDA program. */
+/* Narrows devs to an inherited list. CUDA stops at the first entry it cannot resolve (a bad
+ * index, "-1", Slurm's "NoDevFiles", a duplicate) and hides everything after it, so the same list
+ * gives the same devices here as in a CUDA program. Indices are the GPUs' own (by_position false)
+ * or positions in devs (true). Each device keeps the entry that named it. */
 static size_t
-narrow_gpus(struct xmp_plan_sel *all, size_t n_all, const char *list, struct xmp_plan_sel *out)
+narrow_gpus(const struct xmp_plan_sel *devs, size_t n_devs, const char *list, bool by_position,
+            struct xmp_plan_sel *out)
 {
     cleanup_free char *copy = strdup(list);
     char *save = NULL;
@@ -131,57 +134,80 @@ narrow_gpus(struct xmp_plan_sel *all, size_t n_all, const char *list, struct xmp
         while (isspace((unsigned char)*tok))
             tok++;
         tok[strcspn(tok, " \t\n")] = '\0';
-        pos = find_gpu(all, n_all, tok, false);
-        if (pos < 0 || sel_contains(out, n, all[pos].dev))
+        pos = find_gpu(devs, n_devs, tok, by_position);
+        if (pos < 0 || sel_contains(out, n, devs[pos].dev))
             break;
-        out[n] = all[pos];
+        out[n] = devs[pos];
         snprintf(out[n].id, sizeof(out[n].id), "%s", tok);
         n++;
     }
     return n;
 }
 
+/* A MIG instance cannot be tied to its GPU without NVML's MIG calls; failing beats silently
+ * finding "no GPU" and running on CPUs. */
+static int
+refuse_mig(const char *name, const char *value, struct xmp_error *err)
+{
+    if (value == NULL || strstr(value, "MIG-") == NULL)
+        return 0;
+    return xmp_error_set(err, 0,
+                         "%s=%s: MIG devices are not supported; set devices.kind: cpu or give "
+                         "whole GPUs",
+                         name, value);
+}
+
+/* The GPUs this process may use. Outside Slurm, an inherited CUDA_VISIBLE_DEVICES names them by
+ * index or UUID. Under Slurm, SLURM_STEP_GPUS (else SLURM_JOB_GPUS) names the allocated GPUs by
+ * their index on the node: that is who they are (their NUMA node, "cuda:N"). CUDA_VISIBLE_DEVICES
+ * then numbers them as a CUDA program in the step sees them: with ConstrainDevices the step's
+ * device cgroup hides every other GPU, CUDA counts the allocated ones from 0, and Slurm sets
+ * CUDA_VISIBLE_DEVICES=0,1 for SLURM_STEP_GPUS=2,3. Without ConstrainDevices the two lists are
+ * equal. The workers get the entries in CUDA's numbering, as the step gave them. */
 static int
 visible_gpus(const struct xmp_host *host, char *const *envp, struct xmp_plan_sel **out,
              size_t *n_out, char *why, size_t why_size, struct xmp_error *err)
 {
-    struct xmp_plan_sel *all = calloc(host->n_gpus + 1, sizeof(*all));
-    struct xmp_plan_sel *vis = calloc(host->n_gpus + 1, sizeof(*vis));
-    const char *names[] = {"CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"};
+    cleanup_free struct xmp_plan_sel *all = calloc(host->n_gpus + 1, sizeof(*all));
+    cleanup_free struct xmp_plan_sel *slurm = calloc(host->n_gpus + 1, sizeof(*slurm));
+    cleanup_free struct xmp_plan_sel *vis = calloc(host->n_gpus + 1, sizeof(*vis));
+    const char *cuda = xmp_plan_getenv(envp, "CUDA_VISIBLE_DEVICES");
+    const char *slurm_name = "SLURM_STEP_GPUS";
+    const char *slurm_list = xmp_plan_getenv(envp, slurm_name);
+    size_t n_slurm;
 
-    if (all == NULL || vis == NULL) {
-        free(all);
-        free(vis);
+    if (all == NULL || slurm == NULL || vis == NULL)
         return xmp_error_set(err, ENOMEM, "calloc");
+    if (slurm_list == NULL) {
+        slurm_name = "SLURM_JOB_GPUS";
+        slurm_list = xmp_plan_getenv(envp, slurm_name);
     }
+    if (refuse_mig("CUDA_VISIBLE_DEVICES", cuda, err) < 0 ||
+        refuse_mig(slurm_name, slurm_list, err) < 0)
+        return -1;
     for (size_t i = 0; i < host->n_gpus; i++) {
         all[i].dev = &host->gpus[i];
         snprintf(all[i].id, sizeof(all[i].id), "%d", host->gpus[i].index);
     }
     why[0] = '\0';
-    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
-        const char *v = xmp_plan_getenv(envp, names[k]);
-        if (v == NULL)
-            continue;
-        /* A MIG instance cannot be tied to its GPU without NVML's MIG calls; failing beats
-         * silently finding "no GPU" and running on CPUs. */
-        if (strstr(v, "MIG-") != NULL) {
-            free(all);
-            free(vis);
-            return xmp_error_set(err, 0,
-                                 "%s=%s: MIG devices are not supported; set devices.kind: cpu "
-                                 "or give whole GPUs",
-                                 names[k], v);
-        }
-        *n_out = narrow_gpus(all, host->n_gpus, v, vis);
-        snprintf(why, why_size, " (narrowed by %s=%s)", names[k], v);
-        free(all);
-        *out = vis;
+    if (slurm_list == NULL && cuda == NULL) {
+        *out = steal_pointer(&all);
+        *n_out = host->n_gpus;
         return 0;
     }
-    free(vis);
-    *out = all;
-    *n_out = host->n_gpus;
+    if (slurm_list == NULL) {
+        *n_out = narrow_gpus(all, host->n_gpus, cuda, false, vis);
+        snprintf(why, why_size, " (narrowed by CUDA_VISIBLE_DEVICES=%s)", cuda);
+    } else if (cuda == NULL || strcmp(cuda, slurm_list) == 0) {
+        *n_out = narrow_gpus(all, host->n_gpus, slurm_list, false, vis);
+        snprintf(why, why_size, " (narrowed by %s=%s)", slurm_name, slurm_list);
+    } else {
+        n_slurm = narrow_gpus(all, host->n_gpus, slurm_list, false, slurm);
+        *n_out = narrow_gpus(slurm, n_slurm, cuda, true, vis);
+        snprintf(why, why_size, " (narrowed by %s=%s, numbered by CUDA_VISIBLE_DEVICES=%s)",
+                 slurm_name, slurm_list, cuda);
+    }
+    *out = steal_pointer(&vis);
     return 0;
 }
 
@@ -447,12 +473,143 @@ resolve_nodes(const struct xmp_spec *spec, char *const *envp, struct xmp_plan *p
             return xmp_error_wrap(err, "distributed.master_addr auto: SLURM_JOB_NODELIST");
         plan->master_addr = strdup(hosts[0]);
         xmp_strv_free(hosts);
-    } else {
+    } else if (n == 1) {
         plan->master_addr = strdup("127.0.0.1");
+    } else if ((v = xmp_plan_getenv(envp, "MASTER_ADDR")) != NULL && v[0] != '\0') {
+        /* Kubeflow's PyTorchJob, or a launcher script, names the master this way. */
+        plan->master_addr = strdup(v);
+    } else {
+        /* 127.0.0.1 would leave every node waiting for the others in its own rendezvous
+         * until the job's timeout (gloo's default is 30 minutes). */
+        return xmp_error_set(err, 0,
+                             "distributed.nnodes is %ld and master_addr is auto, but no "
+                             "SLURM_JOB_NODELIST or MASTER_ADDR names the master: set "
+                             "distributed.master_addr to node 0's address on every node",
+                             n);
     }
     if (plan->master_addr == NULL)
         return xmp_error_set(err, ENOMEM, "strdup");
     return 0;
+}
+
+/* xmprun is one per node: it starts every worker of its node itself. `srun -n2` on one node
+ * starts two of them, which would both plan ranks 0..n-1 with the same cpusets and devices. A
+ * batch script has SLURM_TASKS_PER_NODE and SLURM_LOCALID=0 but no step, and runs xmprun once. */
+static int
+check_one_per_node(char *const *envp, struct xmp_error *err)
+{
+    const char *step = xmp_plan_getenv(envp, "SLURM_STEP_TASKS_PER_NODE");
+    const char *local = xmp_plan_getenv(envp, "SLURM_LOCALID");
+    const char *name = "SLURM_STEP_TASKS_PER_NODE";
+    long max = -1, id = 0;
+    bool uniform;
+
+    if (step == NULL && xmp_plan_getenv(envp, "SLURM_STEP_ID") != NULL) {
+        /* An older Slurm: the step's own --ntasks-per-node, when it was given. */
+        name = "SLURM_NTASKS_PER_NODE";
+        step = xmp_plan_getenv(envp, name);
+    }
+    if (step != NULL)
+        xmp_slurm_count_at(step, 0, &max, &uniform);
+    if (local != NULL && all_digits(local) && (id = strtol(local, NULL, 10)) > 0 && max <= 1) {
+        name = "SLURM_LOCALID";
+        step = local;
+        max = id + 1;
+    }
+    if (max <= 1)
+        return 0;
+    return xmp_error_set(err, 0,
+                         "Slurm started %s%ld tasks of this step on one node (%s=%s); xmprun "
+                         "runs once per node and starts its workers itself: use `srun "
+                         "--ntasks-per-node=1` (workers per node: the spec's workers, or -n)",
+                         name[6] == 'L' ? "at least " : "", max, name, step);
+}
+
+static void add_warning(struct xmp_plan *plan, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+add_warning(struct xmp_plan *plan, const char *fmt, ...)
+{
+    size_t n = 0;
+    char *text = NULL, **grown;
+    va_list ap;
+    int rc;
+
+    va_start(ap, fmt);
+    rc = vasprintf(&text, fmt, ap);
+    va_end(ap);
+    if (rc < 0)
+        return;
+    while (plan->warnings != NULL && plan->warnings[n] != NULL)
+        n++;
+    grown = realloc(plan->warnings, (n + 2) * sizeof(*grown));
+    if (grown == NULL) {
+        free(text);
+        return;
+    }
+    grown[n] = text;
+    grown[n + 1] = NULL;
+    plan->warnings = grown;
+}
+
+/* xmprun cannot see the other nodes, but Slurm's allocation says what this node was given. A
+ * node that plans a different number of workers than the others gives its workers another
+ * WORLD_SIZE, and the job hangs in its rendezvous until the timeout. */
+static void
+check_allocation(const struct xmp_spec *spec, char *const *envp, size_t per, struct xmp_plan *plan)
+{
+    const char *v;
+    long max, count, node = plan->node_rank;
+    bool uniform;
+    size_t n = plan->n_workers;
+    const char *same = "every node must plan the same number of workers, or WORLD_SIZE differs "
+                       "between nodes and the job hangs";
+
+    if ((v = xmp_plan_getenv(envp, "SLURM_GPUS_ON_NODE")) != NULL && all_digits(v) &&
+        plan->kind == XMP_DEVICE_CUDA && (long)(n * per) != strtol(v, NULL, 10))
+        add_warning(plan,
+                    "this node plans %zu worker%s x %zu GPU%s, but Slurm allocated %s GPUs on "
+                    "it (SLURM_GPUS_ON_NODE=%s); %s",
+                    n, n == 1 ? "" : "s", per, per == 1 ? "" : "s", v, v, same);
+    if ((v = xmp_plan_getenv(envp, "SLURM_NTASKS_PER_NODE")) != NULL && all_digits(v) &&
+        strtol(v, NULL, 10) > 1 && (long)n != strtol(v, NULL, 10))
+        add_warning(plan,
+                    "this node plans %zu worker%s, but the Slurm job asked for %s tasks per node "
+                    "(SLURM_NTASKS_PER_NODE=%s); %s",
+                    n, n == 1 ? "" : "s", v, v, same);
+    if (plan->kind != XMP_DEVICE_CPU || spec->workers > 0 ||
+        (v = xmp_plan_getenv(envp, "SLURM_JOB_CPUS_PER_NODE")) == NULL)
+        return;
+    count = xmp_slurm_count_at(v, (size_t)node, &max, &uniform);
+    if (count < 0)
+        return;
+    if (!uniform && plan->nnodes > 1)
+        add_warning(plan,
+                    "workers: auto starts one worker per CPU, and Slurm gave the nodes different "
+                    "CPU counts (SLURM_JOB_CPUS_PER_NODE=%s); %s: set workers",
+                    v, same);
+    else if (count != (long)n)
+        add_warning(plan,
+                    "workers: auto plans %zu workers (one per CPU xmprun may run on), but Slurm "
+                    "allocated %ld CPUs on this node (SLURM_JOB_CPUS_PER_NODE=%s); %s: set "
+                    "workers",
+                    n, count, v, same);
+}
+
+/* TORCHELASTIC_RUN_ID: the same on every worker of every node, as torchrun's --rdzv-id. */
+static int
+resolve_run_id(const struct xmp_spec *spec, char *const *envp, struct xmp_plan *plan,
+               struct xmp_error *err)
+{
+    const char *v = spec->run_id;
+
+    if (v == NULL || v[0] == '\0')
+        v = xmp_plan_getenv(envp, "SLURM_JOB_ID");
+    if (v == NULL || v[0] == '\0')
+        v = plan->job_name;
+    plan->run_id = strdup(v);
+    return plan->run_id != NULL ? 0 : xmp_error_set(err, ENOMEM, "strdup");
 }
 
 /* ---- the plan ----------------------------------------------------------------------------- */
@@ -639,9 +796,12 @@ fill_job(const struct xmp_spec *spec, char *const *envp, pid_t pid, struct xmp_p
     if (asprintf(&plan->cgroup_name, "xmprun-%s-%s", plan->job_name, plan->job_id) < 0 ||
         asprintf(&plan->run_dir, "%s/xmprun-%s-%s", tmp, plan->job_name, plan->job_id) < 0)
         return xmp_error_set(err, ENOMEM, "asprintf");
+    /* On a shared filesystem the nodes of one job must not overwrite each other's report. */
     if (spec->report != NULL && spec->report[0] != '\0')
         plan->report_path = strdup(spec->report);
-    else if (asprintf(&plan->report_path, "%s.report.json", plan->job_name) < 0)
+    else if (plan->nnodes > 1 ? asprintf(&plan->report_path, "%s.node%d.report.json",
+                                         plan->job_name, plan->node_rank) < 0
+                              : asprintf(&plan->report_path, "%s.report.json", plan->job_name) < 0)
         plan->report_path = NULL;
     if (plan->report_path == NULL)
         return xmp_error_set(err, ENOMEM, "report path");
@@ -675,6 +835,8 @@ xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *c
         if (xmp_spec_env_reserved(spec->env[i].name))
             return xmp_error_set(err, 0, "env: %s is set by xmprun and may not be set in a spec",
                                  spec->env[i].name);
+    if (check_one_per_node(envp, err) < 0)
+        return -1;
     if (resolve_kind(spec, host, envp, &vis, &n_vis, why, sizeof(why), &plan.kind, err) < 0)
         return -1;
     sel = vis;
@@ -692,7 +854,7 @@ xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *c
     if (resolve_nodes(spec, envp, &plan, err) < 0)
         goto fail;
     plan.world_size = plan.nnodes * plan.local_world_size;
-    if (fill_job(spec, envp, pid, &plan, err) < 0)
+    if (fill_job(spec, envp, pid, &plan, err) < 0 || resolve_run_id(spec, envp, &plan, err) < 0)
         goto fail;
 
     sets = calloc(n_workers, sizeof(*sets));
@@ -703,6 +865,7 @@ xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *c
         goto fail;
     }
     plan.n_workers = n_workers;
+    check_allocation(spec, envp, per, &plan);
     if (assign_cpusets(spec, host, sel, per, n_workers, plan.kind, sets, has, err) < 0)
         goto fail;
     for (size_t i = 0; i < n_workers; i++) {
@@ -742,6 +905,8 @@ xmp_plan_free(struct xmp_plan *plan)
     free(plan->job_id);
     free(plan->cgroup_name);
     free(plan->master_addr);
+    free(plan->run_id);
+    xmp_strv_free(plan->warnings);
     free(plan->workdir);
     free(plan->report_path);
     free(plan->run_dir);

@@ -454,11 +454,14 @@ xmp_report_to_json(const struct xmp_report *r)
     json_object_set_new(o, "schema", json_string("xmprun.report/v1"));
     json_object_set_new(o, "xmprun_version", json_string(XMP_VERSION));
     json_object_set_new(o, "job",
-                        json_pack("{s:o, s:o, s:o, s:o, s:i, s:i, s:i}", "name",
+                        json_pack("{s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:o, s:o, s:o}", "name",
                                   str_or_null(r->job_name), "id", str_or_null(r->job_id), "spec",
                                   str_or_null(r->spec_path), "host", str_or_null(r->host),
                                   "node_rank", r->node_rank, "nnodes", r->nnodes, "world_size",
-                                  r->world_size));
+                                  r->world_size, "master_addr", str_or_null(r->master_addr),
+                                  "master_port",
+                                  int_or_null(r->master_port > 0 ? r->master_port : -1), "run_id",
+                                  str_or_null(r->run_id)));
     json_object_set_new(o, "started_at", time_json(&r->started_at));
     json_object_set_new(o, "ended_at", time_json(&r->ended_at));
     json_object_set_new(o, "duration_s", json_real(duration > 0 ? round_to(duration, 1e3) : 0.0));

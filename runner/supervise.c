@@ -274,6 +274,9 @@ fill_job_info(struct xmp_supervisor *sv)
     r->node_rank = sv->have_plan ? sv->plan.node_rank : 0;
     r->nnodes = sv->have_plan ? sv->plan.nnodes : 1;
     r->world_size = sv->have_plan ? sv->plan.world_size : 0;
+    r->master_addr = sv->have_plan ? sv->plan.master_addr : NULL;
+    r->master_port = sv->have_plan ? sv->plan.master_port : (int)sv->spec->master_port;
+    r->run_id = sv->have_plan ? sv->plan.run_id : NULL;
     r->restarts_allowed = (int)sv->spec->restarts;
     r->timeout_ms = sv->spec->timeout_ms;
 }
@@ -370,6 +373,8 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
     if (xmp_plan_build(spec, &sv.host, opts->environ, getpid(), &sv.plan, &err) < 0)
         goto setup_failed;
     sv.have_plan = true;
+    for (char **w = sv.plan.warnings; w != NULL && *w != NULL; w++)
+        fprintf(stderr, "xmprun: warning: %s\n", *w);
     /* Refuse rather than quietly run the command once per worker: a zygote that preloads and
      * forks its workers is a different program from one exec'd per worker. */
     if (spec->start == XMP_START_FORK) {

@@ -228,6 +228,9 @@ Test(report, json_matches_schema, .timeout = 60)
     w->stderr_tail[1] = strdup("bad \xff utf8");
     w->error_file = json_pack("{s:{s:s}}", "message", "message", "boom");
     w = add_worker(&r, XMP_WORKER_SIGNALED, -1, SIGSEGV, 50);
+    r.master_addr = "10.231.77.1";
+    r.master_port = 29512;
+    r.run_id = "8812";
     r.attempts = calloc(1, sizeof(*r.attempts));
     r.n_attempts = 1;
     r.restarts = 1;
@@ -244,6 +247,10 @@ Test(report, json_matches_schema, .timeout = 60)
     text = xt_read_file(path);
     cr_assert_not_null(strstr(text, "\"schema\": \"xmprun.report/v1\""));
     cr_assert_not_null(strstr(text, "\"signal\": \"SIGSEGV\""));
+    /* The nodes' reports of one run can be put side by side. */
+    cr_assert_not_null(strstr(text, "\"world_size\": 2,\n    \"master_addr\": \"10.231.77.1\",\n"
+                                    "    \"master_port\": 29512,\n    \"run_id\": \"8812\"\n"),
+                       "%s", text);
     /* The invalid byte is replaced, the rest of the line kept. */
     cr_assert_not_null(strstr(text, "\"bad \xef\xbf\xbd utf8\""), "%s", text);
     cr_assert_not_null(strstr(text, "\"started_at\": \"2023-11-14T22:13:20.000Z\""));
