@@ -317,6 +317,13 @@ xmp_state_gc(const char *dir, struct xmp_error *err)
     struct dirent *de;
     int removed = 0, ret = 0;
 
+    /* Where the cgroup filesystems cannot be seen (`ip netns exec`'s fresh /sys), the orphans'
+     * cgroups cannot be removed: say so, and keep the state files for a gc that can. */
+    if (xmp_cgroup_detect(&mode, err) < 0) {
+        if (d != NULL)
+            closedir(d);
+        return xmp_error_wrap(err, "cannot see the cgroup filesystems, so nothing was cleaned up");
+    }
     ctx.pids_visible = !foreign_processes_nearby();
     while (d != NULL && (de = readdir(d)) != NULL) {
         size_t len = strlen(de->d_name);
@@ -327,7 +334,7 @@ xmp_state_gc(const char *dir, struct xmp_error *err)
     if (d != NULL)
         closedir(d);
 
-    if (xmp_cgroup_detect(&mode, err) == 0 && mode != XMP_CGROUP_MODE_NONE) {
+    if (mode != XMP_CGROUP_MODE_NONE) {
         removed = xmp_cgroup_gc(mode, is_orphan, &ctx, err);
         if (removed < 0)
             ret = -1;

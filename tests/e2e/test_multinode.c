@@ -275,3 +275,38 @@ Test(multinode, no_master_is_refused_before_starting, .timeout = 60)
     cr_assert_eq(json_array_size(json_object_get(e.rep, "workers")), 0);
     e2e_fini(&e);
 }
+
+/* `ip netns exec` mounts a fresh /sys without cgroup filesystems: a run says so and how to get
+ * them, and gc says it cannot clean up rather than "cleaned up 0 orphaned jobs". */
+Test(multinode, ip_netns_exec_says_what_is_missing, .timeout = 60)
+{
+    struct e2e e;
+    char *script = NULL;
+    const char *advice = "no cgroup filesystem is mounted at `/sys/fs/cgroup` (`ip netns exec` "
+                         "mounts a fresh /sys without one); use `nsenter --net=/run/netns/NAME`, "
+                         "which keeps the host's mounts";
+
+    nodes_make();
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: netnsexec\n"
+                 "workers: 1\n"
+                 "devices: {kind: cpu}\n"
+                 "command: ['%1$s', 'exit', '0']\n");
+    cr_assert_eq(
+        asprintf(&script, "ip netns exec %s $XMPRUN --report $REPORT $SPEC", nodes.ns[0]) > 0, 1);
+    cr_assert_eq(e2e_sh(&e, 30, script), 125, "%s", e.r.err);
+    cr_assert_not_null(strstr(e.r.err, advice), "%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_str_eq(e2e_str(e.rep, "outcome"), "setup_failed");
+    free(script);
+
+    cr_assert_eq(asprintf(&script, "ip netns exec %s $XMPRUN gc", nodes.ns[0]) > 0, 1);
+    cr_assert_eq(e2e_sh(&e, 30, script), 125, "%s%s", e.r.out, e.r.err);
+    cr_assert_not_null(strstr(e.r.err, "gc: cannot see the cgroup filesystems, so nothing was "
+                                       "cleaned up"),
+                       "%s", e.r.err);
+    cr_assert_null(strstr(e.r.out, "cleaned up"), "%s", e.r.out);
+    free(script);
+    e2e_fini(&e);
+}
