@@ -290,7 +290,12 @@ report_path(struct xmp_supervisor *sv, char *buf, size_t size)
         return sv->plan.report_path;
     if (sv->spec->report != NULL)
         return sv->spec->report;
-    snprintf(buf, size, "%s.report.json", sv->spec->name != NULL ? sv->spec->name : "xmprun");
+    /* No plan (it was refused): still one report per node where the spec names the node. */
+    if (sv->spec->nnodes > 1 && sv->spec->node_rank >= 0)
+        snprintf(buf, size, "%s.node%ld.report.json",
+                 sv->spec->name != NULL ? sv->spec->name : "xmprun", sv->spec->node_rank);
+    else
+        snprintf(buf, size, "%s.report.json", sv->spec->name != NULL ? sv->spec->name : "xmprun");
     return buf;
 }
 

@@ -264,12 +264,15 @@ Test(multinode, no_master_is_refused_before_starting, .timeout = 60)
                  "devices: {kind: cpu}\n"
                  "command: ['%1$s', 'exit', '0']\n"
                  "distributed: {nnodes: 2, node_rank: 1}\n");
-    cr_assert_eq(e2e_run(&e, 30, NULL), 125, "%s", e.r.err);
+    /* Without --report: the node's own default path, even though no plan was made. */
+    cr_assert_eq(e2e_sh(&e, 30, "cd \"$DIR\" && $XMPRUN \"$SPEC\""), 125, "%s", e.r.err);
     cr_assert_not_null(strstr(e.r.err, "distributed.nnodes is 2 and master_addr is auto, but no "
                                        "SLURM_JOB_NODELIST or MASTER_ADDR names the master: set "
                                        "distributed.master_addr to node 0's address on every "
                                        "node"),
                        "%s", e.r.err);
+    free(e.report);
+    e.report = e2e_path(&e, "nomaster.node1.report.json");
     e2e_load_report(&e);
     cr_assert_str_eq(e2e_str(e.rep, "outcome"), "setup_failed");
     cr_assert_eq(json_array_size(json_object_get(e.rep, "workers")), 0);
