@@ -168,20 +168,22 @@ xmp_plan_check_allocation(const struct xmp_spec *spec, char *const *envp, size_t
     long max, count, node = plan->node_rank;
     bool uniform;
     size_t n = plan->n_workers;
-    const char *same = "every node must plan the same number of workers, or WORLD_SIZE differs "
-                       "between nodes and the job hangs";
+    /* On one node a mismatch wastes or oversubscribes the allocation; across nodes it hangs. */
+    const char *same = plan->nnodes > 1 ? "; every node must plan the same number of workers, or "
+                                          "WORLD_SIZE differs between nodes and the job hangs"
+                                        : "";
 
     if ((v = xmp_plan_getenv(envp, "SLURM_GPUS_ON_NODE")) != NULL && xmp_plan_all_digits(v) &&
         plan->kind == XMP_DEVICE_CUDA && (long)(n * per) != strtol(v, NULL, 10))
         add_warning(plan,
                     "this node plans %zu worker%s x %zu GPU%s, but Slurm allocated %s GPUs on "
-                    "it (SLURM_GPUS_ON_NODE=%s); %s",
+                    "it (SLURM_GPUS_ON_NODE=%s)%s",
                     n, n == 1 ? "" : "s", per, per == 1 ? "" : "s", v, v, same);
     if ((v = xmp_plan_getenv(envp, "SLURM_NTASKS_PER_NODE")) != NULL && xmp_plan_all_digits(v) &&
         strtol(v, NULL, 10) > 1 && (long)n != strtol(v, NULL, 10))
         add_warning(plan,
                     "this node plans %zu worker%s, but the Slurm job asked for %s tasks per node "
-                    "(SLURM_NTASKS_PER_NODE=%s); %s",
+                    "(SLURM_NTASKS_PER_NODE=%s)%s",
                     n, n == 1 ? "" : "s", v, v, same);
     if (plan->kind != XMP_DEVICE_CPU || spec->workers > 0 ||
         (v = xmp_plan_getenv(envp, "SLURM_JOB_CPUS_PER_NODE")) == NULL)
@@ -192,12 +194,12 @@ xmp_plan_check_allocation(const struct xmp_spec *spec, char *const *envp, size_t
     if (!uniform && plan->nnodes > 1)
         add_warning(plan,
                     "workers: auto starts one worker per CPU, and Slurm gave the nodes different "
-                    "CPU counts (SLURM_JOB_CPUS_PER_NODE=%s); %s: set workers",
+                    "CPU counts (SLURM_JOB_CPUS_PER_NODE=%s)%s: set workers",
                     v, same);
     else if (count != (long)n)
         add_warning(plan,
                     "workers: auto plans %zu workers (one per CPU xmprun may run on), but Slurm "
-                    "allocated %ld CPUs on this node (SLURM_JOB_CPUS_PER_NODE=%s); %s: set "
+                    "allocated %ld CPUs on this node (SLURM_JOB_CPUS_PER_NODE=%s)%s: set "
                     "workers",
                     n, count, v, same);
 }

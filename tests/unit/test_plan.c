@@ -623,7 +623,8 @@ Test(plan, slurm_allocation_mismatch_warns)
 {
     struct xmp_spec s;
     struct xmp_plan p;
-    char *gpus[] = {"SLURM_GPUS_ON_NODE=4", "SLURM_STEP_GPUS=0,1,2,3", NULL};
+    char *gpus[] = {"SLURM_GPUS_ON_NODE=4", "SLURM_STEP_GPUS=0,1,2,3",   "SLURM_NNODES=2",
+                    "SLURM_NODEID=0",       "SLURM_JOB_NODELIST=n[1-2]", NULL};
     char *tasks[] = {"SLURM_NTASKS_PER_NODE=4", NULL};
     char *cpus[] = {"SLURM_NNODES=2", "SLURM_NODEID=1", "SLURM_JOB_NODELIST=n[1-2]",
                     "SLURM_JOB_CPUS_PER_NODE=32,16", NULL};
@@ -638,6 +639,7 @@ Test(plan, slurm_allocation_mismatch_warns)
 
     load_host("gpu8-2numa");
     spec_defaults(&s);
+    s.nnodes = -1;
     build(&s, gpus, &p);
     cr_assert_null(p.warnings);
     xmp_plan_free(&p);
@@ -647,9 +649,12 @@ Test(plan, slurm_allocation_mismatch_warns)
                               "it (SLURM_GPUS_ON_NODE=4); every node must plan the same number "
                               "of workers"));
     xmp_plan_free(&p);
+    /* One node: no rendezvous to hang, but the allocation is still off. */
+    s.nnodes = 1;
     build(&s, tasks, &p);
     cr_assert(has_warning(&p, "this node plans 3 workers, but the Slurm job asked for 4 tasks "
                               "per node (SLURM_NTASKS_PER_NODE=4)"));
+    cr_assert_null(strstr(p.warnings[0], "every node"), "%s", p.warnings[0]);
     xmp_plan_free(&p);
 
     load_host("cpu-only");
