@@ -4,7 +4,7 @@
 #define XMP_GROUP_H
 
 #include "isolate/cgroup.h"
-#include "isolate/devices.h"
+#include "runner/host.h"
 #include "runner/output.h"
 #include "runner/plan.h"
 #include "runner/report.h"

@@ -3,7 +3,7 @@
 #ifndef XMP_SPEC_H
 #define XMP_SPEC_H
 
-#include "isolate/devices.h"
+#include "runner/host.h"
 
 #include <stdbool.h>
 #include <stddef.h>
