@@ -271,8 +271,11 @@ fill_job_info(struct xmp_supervisor *sv)
     r->job_id = sv->have_plan ? sv->plan.job_id : NULL;
     r->spec_path = sv->spec->file;
     r->host = sv->have_host && sv->host.hostname[0] != '\0' ? sv->host.hostname : NULL;
-    r->node_rank = sv->have_plan ? sv->plan.node_rank : 0;
-    r->nnodes = sv->have_plan ? sv->plan.nnodes : 1;
+    /* Without a plan, what the spec says (auto is unknown then). */
+    r->node_rank = sv->have_plan ? sv->plan.node_rank
+                                 : (int)(sv->spec->node_rank > 0 ? sv->spec->node_rank : 0);
+    r->nnodes =
+        sv->have_plan ? sv->plan.nnodes : (int)(sv->spec->nnodes > 1 ? sv->spec->nnodes : 1);
     r->world_size = sv->have_plan ? sv->plan.world_size : 0;
     r->master_addr = sv->have_plan ? sv->plan.master_addr : NULL;
     r->master_port = sv->have_plan ? sv->plan.master_port : (int)sv->spec->master_port;

@@ -279,6 +279,9 @@ Test(multinode, no_master_is_refused_before_starting, .timeout = 60)
     e2e_load_report(&e);
     cr_assert_str_eq(e2e_str(e.rep, "outcome"), "setup_failed");
     cr_assert_eq(json_array_size(json_object_get(e.rep, "workers")), 0);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(e.rep, "job"), "node_rank")),
+                 1);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(e.rep, "job"), "nnodes")), 2);
     e2e_fini(&e);
 }
 
