@@ -231,6 +231,9 @@ Test(report, json_matches_schema, .timeout = 60)
     r.master_addr = "10.231.77.1";
     r.master_port = 29512;
     r.run_id = "8812";
+    /* An error file that was cut: its text, and the note that says so. */
+    w->error_file = xmp_report_text_json("{\"message\": \"Traceback \xff");
+    snprintf(w->error_file_note, sizeof(w->error_file_note), "cut: the error file is 1.0 MiB");
     r.attempts = calloc(1, sizeof(*r.attempts));
     r.n_attempts = 1;
     r.restarts = 1;
@@ -251,6 +254,10 @@ Test(report, json_matches_schema, .timeout = 60)
     cr_assert_not_null(strstr(text, "\"world_size\": 2,\n    \"master_addr\": \"10.231.77.1\",\n"
                                     "    \"master_port\": 29512,\n    \"run_id\": \"8812\"\n"),
                        "%s", text);
+    cr_assert_not_null(
+        strstr(text, "\"error_file\": \"{\\\"message\\\": \\\"Traceback \xef\xbf\xbd\""), "%s",
+        text);
+    cr_assert_not_null(strstr(text, "\"error_file_note\": \"cut: the error file is 1.0 MiB\""));
     /* The invalid byte is replaced, the rest of the line kept. */
     cr_assert_not_null(strstr(text, "\"bad \xef\xbf\xbd utf8\""), "%s", text);
     cr_assert_not_null(strstr(text, "\"started_at\": \"2023-11-14T22:13:20.000Z\""));
