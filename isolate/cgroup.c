@@ -31,16 +31,28 @@ int
 xmp_cgroup_detect(enum xmp_cgroup_mode *mode, struct xmp_error *err)
 {
     struct statfs sf;
+    bool missing = false;
 
-    if (statfs(CGROUP_ROOT, &sf) < 0)
-        return xmp_error_set(err, errno, "statfs `%s`", CGROUP_ROOT);
+    /* `ip netns exec` mounts a fresh /sys for the namespace, where /sys/fs/cgroup is an empty
+     * sysfs directory; a container may have no /sys/fs/cgroup at all. */
+    if (statfs(CGROUP_ROOT, &sf) < 0) {
+        if (errno != ENOENT)
+            return xmp_error_set(err, errno, "statfs `%s`", CGROUP_ROOT);
+        missing = true;
+    }
+    if (missing || sf.f_type == SYSFS_MAGIC)
+        return xmp_error_set(err, 0,
+                             "no cgroup filesystem is mounted at `%s` (`ip netns exec` mounts a "
+                             "fresh /sys without one); use `nsenter --net=/run/netns/NAME`, which "
+                             "keeps the host's mounts",
+                             CGROUP_ROOT);
+    if (sf.f_type != CGROUP2_SUPER_MAGIC && sf.f_type != TMPFS_MAGIC)
+        return xmp_error_set(err, ENODEV, "`%s` is neither cgroup2 nor a tmpfs of v1 hierarchies",
+                             CGROUP_ROOT);
     if (sf.f_type == CGROUP2_SUPER_MAGIC) {
         *mode = XMP_CGROUP_MODE_UNIFIED;
         return 0;
     }
-    if (sf.f_type != TMPFS_MAGIC)
-        return xmp_error_set(err, ENODEV, "`%s` is neither cgroup2 nor a tmpfs of v1 hierarchies",
-                             CGROUP_ROOT);
     if (statfs(CGROUP_ROOT "/unified", &sf) == 0 && sf.f_type == CGROUP2_SUPER_MAGIC)
         *mode = XMP_CGROUP_MODE_HYBRID;
     else

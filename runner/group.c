@@ -575,25 +575,24 @@ on_stream(struct xmp_supervisor *sv, struct xmp_stream *s)
         close_stream(sv, s);
 }
 
-/* The worker's environment for this run: the plan's, with XMPRUN_RESTART_COUNT set to the
- * current restart. Built here, before the fork, so the child allocates nothing. */
+/* Sets name=value in env (a malloc'd, NULL-terminated environ), replacing an entry of that
+ * name. Returns env, or its grown copy; on failure env stays as it was. */
 static char **
-worker_environ(struct xmp_supervisor *sv, const struct xmp_plan_worker *pw)
+environ_put(char **env, const char *name, int value)
 {
-    char **env = xmp_plan_worker_environ(&sv->plan, pw, sv->opts->environ);
-    char *entry = NULL;
-    size_t n = 0;
+    size_t len = strlen(name), n = 0;
+    char *entry = NULL, **grown;
 
-    if (env == NULL || asprintf(&entry, "XMPRUN_RESTART_COUNT=%d", sv->restart) < 0)
+    if (env == NULL || asprintf(&entry, "%s=%d", name, value) < 0)
         return env;
     for (; env[n] != NULL; n++) {
-        if (strncmp(env[n], "XMPRUN_RESTART_COUNT=", 21) == 0) {
+        if (strncmp(env[n], name, len) == 0 && env[n][len] == '=') {
             free(env[n]);
             env[n] = entry;
             return env;
         }
     }
-    char **grown = realloc(env, (n + 2) * sizeof(char *));
+    grown = realloc(env, (n + 2) * sizeof(char *));
     if (grown == NULL) {
         free(entry);
         return env;
@@ -601,6 +600,23 @@ worker_environ(struct xmp_supervisor *sv, const struct xmp_plan_worker *pw)
     grown[n] = entry;
     grown[n + 1] = NULL;
     return grown;
+}
+
+/* The worker's environment for this run: the plan's, with XMPRUN_RESTART_COUNT and (unless the
+ * spec set it) TORCHELASTIC_RESTART_COUNT set to the current restart. Built here, before the
+ * fork, so the child allocates nothing. */
+static char **
+worker_environ(struct xmp_supervisor *sv, const struct xmp_plan_worker *pw)
+{
+    char **env = xmp_plan_worker_environ(&sv->plan, pw, sv->opts->environ);
+    bool spec_sets = false;
+
+    for (size_t i = 0; i < sv->spec->env_len; i++)
+        spec_sets |= strcmp(sv->spec->env[i].name, "TORCHELASTIC_RESTART_COUNT") == 0;
+    env = environ_put(env, "XMPRUN_RESTART_COUNT", sv->restart);
+    if (!spec_sets)
+        env = environ_put(env, "TORCHELASTIC_RESTART_COUNT", sv->restart);
+    return env;
 }
 
 /* Opens a log file below logs.dir without following a link planted there; *fd is -1 when the

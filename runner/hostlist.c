@@ -172,3 +172,50 @@ xmp_hostlist_expand(const char *text, char ***out, struct xmp_error *err)
     *out = list.v;
     return 0;
 }
+
+/* Slurm's per-node counts ("2(x3),1" for SLURM_STEP_TASKS_PER_NODE, SLURM_JOB_CPUS_PER_NODE):
+ * node i's count, or -1 when the text is not such a list or has no node i. *max gets the largest
+ * count and *uniform whether every node has the same one. */
+long
+xmp_slurm_count_at(const char *text, size_t index, long *max, bool *uniform)
+{
+    const char *p = text;
+    size_t node = 0;
+    long found = -1, first = -1;
+
+    *max = -1;
+    *uniform = true;
+    while (*p != '\0') {
+        char *end = NULL;
+        long count, repeat = 1;
+
+        if (!isdigit((unsigned char)*p))
+            return -1;
+        errno = 0;
+        count = strtol(p, &end, 10);
+        if (errno != 0)
+            return -1;
+        p = end;
+        if (strncmp(p, "(x", 2) == 0) {
+            if (!isdigit((unsigned char)p[2]))
+                return -1;
+            repeat = strtol(p + 2, &end, 10);
+            if (errno != 0 || *end != ')' || repeat < 1)
+                return -1;
+            p = end + 1;
+        }
+        if (*p == ',')
+            p++;
+        else if (*p != '\0')
+            return -1;
+        if (first < 0)
+            first = count;
+        *uniform = *uniform && count == first;
+        if (count > *max)
+            *max = count;
+        if (index >= node && index - node < (size_t)repeat)
+            found = count;
+        node += (size_t)repeat;
+    }
+    return found;
+}

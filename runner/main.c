@@ -276,6 +276,8 @@ cmd_plan(struct cli *cli)
         xmp_error_wrap(&err, "%s", spec.file);
         goto out;
     }
+    for (char **w = plan.warnings; w != NULL && *w != NULL; w++)
+        fprintf(stderr, "xmprun: warning: %s\n", *w);
     json_t *j = xmp_plan_to_json(&plan, &host);
     if (j == NULL || json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) < 0) {
         xmp_error_set(&err, errno, "write the plan");

@@ -1,6 +1,7 @@
 /* The plan: resolves a validated spec against the discovered host and the environment (device
- * selection, worker count, node rank and master address, cpusets, limits, paths) into one fully
- * specified worker per local rank. The worker environments are built in plan_env.c. */
+ * selection, worker count, cpusets, limits, paths) into one fully specified worker per local
+ * rank. Nodes, master address and run id are resolved in plan_nodes.c, the worker environments
+ * in plan_env.c. */
 #define _GNU_SOURCE
 #include "runner/plan.h"
 
@@ -27,8 +28,8 @@ xmp_plan_getenv(char *const *envp, const char *name)
     return NULL;
 }
 
-static bool
-all_digits(const char *s)
+bool
+xmp_plan_all_digits(const char *s)
 {
     if (*s == '\0')
         return false;
@@ -36,23 +37,6 @@ all_digits(const char *s)
         if (!isdigit((unsigned char)*s))
             return false;
     return true;
-}
-
-/* Parses a non-negative integer from an environment variable, naming it on error. */
-static int
-env_int(const char *name, const char *value, long *out, struct xmp_error *err)
-{
-    char *end = NULL;
-
-    errno = 0;
-    if (value[0] == '-' || !isdigit((unsigned char)value[0]))
-        goto bad;
-    *out = strtol(value, &end, 10);
-    if (errno != 0 || *end != '\0' || *out > 1000000)
-        goto bad;
-    return 0;
-bad:
-    return xmp_error_set(err, 0, "%s=\"%s\" is not a non-negative integer", name, value);
 }
 
 /* ---- device selection --------------------------------------------------------------------- */
@@ -83,7 +67,7 @@ find_gpu(const struct xmp_plan_sel *devs, size_t n, const char *token, bool by_p
 {
     long found = -1;
 
-    if (all_digits(token)) {
+    if (xmp_plan_all_digits(token)) {
         long i = strtol(token, NULL, 10);
         if (by_position)
             return i < (long)n ? i : -1;
@@ -113,11 +97,13 @@ sel_contains(const struct xmp_plan_sel *devs, size_t n, const struct xmp_device 
     return false;
 }
 
-/* Narrows all GPUs to an inherited list. CUDA stops at the first entry it cannot resolve
- * (a bad index, "-1", Slurm's "NoDevFiles", a duplicate) and hides everything after it, so
- * the same list gives the same devices here as in a CUDA program. */
+/* Narrows devs to an inherited list. CUDA stops at the first entry it cannot resolve (a bad
+ * index, "-1", Slurm's "NoDevFiles", a duplicate) and hides everything after it, so the same list
+ * gives the same devices here as in a CUDA program. Indices are the GPUs' own (by_position false)
+ * or positions in devs (true). Each device keeps the entry that named it. */
 static size_t
-narrow_gpus(struct xmp_plan_sel *all, size_t n_all, const char *list, struct xmp_plan_sel *out)
+narrow_gpus(const struct xmp_plan_sel *devs, size_t n_devs, const char *list, bool by_position,
+            struct xmp_plan_sel *out)
 {
     cleanup_free char *copy = strdup(list);
     char *save = NULL;
@@ -131,57 +117,80 @@ narrow_gpus(struct xmp_plan_sel *all, size_t n_all, const char *list, struct xmp
         while (isspace((unsigned char)*tok))
             tok++;
         tok[strcspn(tok, " \t\n")] = '\0';
-        pos = find_gpu(all, n_all, tok, false);
-        if (pos < 0 || sel_contains(out, n, all[pos].dev))
+        pos = find_gpu(devs, n_devs, tok, by_position);
+        if (pos < 0 || sel_contains(out, n, devs[pos].dev))
             break;
-        out[n] = all[pos];
+        out[n] = devs[pos];
         snprintf(out[n].id, sizeof(out[n].id), "%s", tok);
         n++;
     }
     return n;
 }
 
+/* A MIG instance cannot be tied to its GPU without NVML's MIG calls; failing beats silently
+ * finding "no GPU" and running on CPUs. */
+static int
+refuse_mig(const char *name, const char *value, struct xmp_error *err)
+{
+    if (value == NULL || strstr(value, "MIG-") == NULL)
+        return 0;
+    return xmp_error_set(err, 0,
+                         "%s=%s: MIG devices are not supported; set devices.kind: cpu or give "
+                         "whole GPUs",
+                         name, value);
+}
+
+/* The GPUs this process may use. Outside Slurm, an inherited CUDA_VISIBLE_DEVICES names them by
+ * index or UUID. Under Slurm, SLURM_STEP_GPUS (else SLURM_JOB_GPUS) names the allocated GPUs by
+ * their index on the node: that is who they are (their NUMA node, "cuda:N"). CUDA_VISIBLE_DEVICES
+ * then numbers them as a CUDA program in the step sees them: with ConstrainDevices the step's
+ * device cgroup hides every other GPU, CUDA counts the allocated ones from 0, and Slurm sets
+ * CUDA_VISIBLE_DEVICES=0,1 for SLURM_STEP_GPUS=2,3. Without ConstrainDevices the two lists are
+ * equal. The workers get the entries in CUDA's numbering, as the step gave them. */
 static int
 visible_gpus(const struct xmp_host *host, char *const *envp, struct xmp_plan_sel **out,
              size_t *n_out, char *why, size_t why_size, struct xmp_error *err)
 {
-    struct xmp_plan_sel *all = calloc(host->n_gpus + 1, sizeof(*all));
-    struct xmp_plan_sel *vis = calloc(host->n_gpus + 1, sizeof(*vis));
-    const char *names[] = {"CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"};
+    cleanup_free struct xmp_plan_sel *all = calloc(host->n_gpus + 1, sizeof(*all));
+    cleanup_free struct xmp_plan_sel *slurm = calloc(host->n_gpus + 1, sizeof(*slurm));
+    cleanup_free struct xmp_plan_sel *vis = calloc(host->n_gpus + 1, sizeof(*vis));
+    const char *cuda = xmp_plan_getenv(envp, "CUDA_VISIBLE_DEVICES");
+    const char *slurm_name = "SLURM_STEP_GPUS";
+    const char *slurm_list = xmp_plan_getenv(envp, slurm_name);
+    size_t n_slurm;
 
-    if (all == NULL || vis == NULL) {
-        free(all);
-        free(vis);
+    if (all == NULL || slurm == NULL || vis == NULL)
         return xmp_error_set(err, ENOMEM, "calloc");
+    if (slurm_list == NULL) {
+        slurm_name = "SLURM_JOB_GPUS";
+        slurm_list = xmp_plan_getenv(envp, slurm_name);
     }
+    if (refuse_mig("CUDA_VISIBLE_DEVICES", cuda, err) < 0 ||
+        refuse_mig(slurm_name, slurm_list, err) < 0)
+        return -1;
     for (size_t i = 0; i < host->n_gpus; i++) {
         all[i].dev = &host->gpus[i];
         snprintf(all[i].id, sizeof(all[i].id), "%d", host->gpus[i].index);
     }
     why[0] = '\0';
-    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
-        const char *v = xmp_plan_getenv(envp, names[k]);
-        if (v == NULL)
-            continue;
-        /* A MIG instance cannot be tied to its GPU without NVML's MIG calls; failing beats
-         * silently finding "no GPU" and running on CPUs. */
-        if (strstr(v, "MIG-") != NULL) {
-            free(all);
-            free(vis);
-            return xmp_error_set(err, 0,
-                                 "%s=%s: MIG devices are not supported; set devices.kind: cpu "
-                                 "or give whole GPUs",
-                                 names[k], v);
-        }
-        *n_out = narrow_gpus(all, host->n_gpus, v, vis);
-        snprintf(why, why_size, " (narrowed by %s=%s)", names[k], v);
-        free(all);
-        *out = vis;
+    if (slurm_list == NULL && cuda == NULL) {
+        *out = steal_pointer(&all);
+        *n_out = host->n_gpus;
         return 0;
     }
-    free(vis);
-    *out = all;
-    *n_out = host->n_gpus;
+    if (slurm_list == NULL) {
+        *n_out = narrow_gpus(all, host->n_gpus, cuda, false, vis);
+        snprintf(why, why_size, " (narrowed by CUDA_VISIBLE_DEVICES=%s)", cuda);
+    } else if (cuda == NULL || strcmp(cuda, slurm_list) == 0) {
+        *n_out = narrow_gpus(all, host->n_gpus, slurm_list, false, vis);
+        snprintf(why, why_size, " (narrowed by %s=%s)", slurm_name, slurm_list);
+    } else {
+        n_slurm = narrow_gpus(all, host->n_gpus, slurm_list, false, slurm);
+        *n_out = narrow_gpus(slurm, n_slurm, cuda, true, vis);
+        snprintf(why, why_size, " (narrowed by %s=%s, numbered by CUDA_VISIBLE_DEVICES=%s)",
+                 slurm_name, slurm_list, cuda);
+    }
+    *out = steal_pointer(&vis);
     return 0;
 }
 
@@ -219,7 +228,7 @@ pick_ids(const struct xmp_spec *spec, enum xmp_device_kind kind, struct xmp_plan
         const char *id = spec->device_ids[i];
         long pos = find_gpu(vis, n_vis, id, true);
 
-        if (kind == XMP_DEVICE_TPU && !all_digits(id))
+        if (kind == XMP_DEVICE_TPU && !xmp_plan_all_digits(id))
             pos = -1;
         if (pos < 0 || sel_contains(picked, i, vis[pos].dev)) {
             describe_visible(vis, n_vis, have, sizeof(have));
@@ -230,7 +239,7 @@ pick_ids(const struct xmp_spec *spec, enum xmp_device_kind kind, struct xmp_plan
                                  xmp_device_kind_name(kind), id, why, have);
         }
         picked[i] = vis[pos];
-        if (!all_digits(id))
+        if (!xmp_plan_all_digits(id))
             snprintf(picked[i].id, sizeof(picked[i].id), "%s", id);
     }
     *out = picked;
@@ -395,63 +404,6 @@ assign_cpusets(const struct xmp_spec *spec, const struct xmp_host *host,
         }
         free(local_sets);
     }
-    return 0;
-}
-
-/* ---- distributed -------------------------------------------------------------------------- */
-
-static int
-resolve_nodes(const struct xmp_spec *spec, char *const *envp, struct xmp_plan *plan,
-              struct xmp_error *err)
-{
-    const char *rank_vars[] = {"SLURM_NODEID", "JOB_COMPLETION_INDEX", "NODE_RANK"};
-    const char *v;
-    long n = 1, r = 0;
-    const char *rank_from = "distributed.node_rank";
-
-    if (spec->nnodes >= 1) {
-        n = spec->nnodes;
-    } else if ((v = xmp_plan_getenv(envp, "SLURM_NNODES")) != NULL) {
-        if (env_int("SLURM_NNODES", v, &n, err) < 0)
-            return xmp_error_wrap(err, "distributed.nnodes");
-        if (n < 1)
-            return xmp_error_set(err, 0, "distributed.nnodes: SLURM_NNODES=\"%s\" must be >= 1", v);
-    }
-    if (spec->node_rank >= 0) {
-        r = spec->node_rank;
-    } else {
-        rank_from = "distributed.node_rank auto (no SLURM_NODEID, JOB_COMPLETION_INDEX, NODE_RANK)";
-        for (size_t i = 0; i < sizeof(rank_vars) / sizeof(rank_vars[0]); i++) {
-            if ((v = xmp_plan_getenv(envp, rank_vars[i])) == NULL)
-                continue;
-            if (env_int(rank_vars[i], v, &r, err) < 0)
-                return xmp_error_wrap(err, "distributed.node_rank");
-            rank_from = rank_vars[i];
-            break;
-        }
-    }
-    if (r >= n)
-        return xmp_error_set(err, 0, "node rank %ld (from %s) is not below nnodes %ld", r,
-                             rank_from, n);
-    plan->nnodes = (int)n;
-    plan->node_rank = (int)r;
-    plan->master_port = (int)spec->master_port;
-
-    if (spec->master_addr != NULL && spec->master_addr[0] != '\0' &&
-        strcmp(spec->master_addr, "auto") != 0) {
-        plan->master_addr = strdup(spec->master_addr);
-    } else if ((v = xmp_plan_getenv(envp, "SLURM_JOB_NODELIST")) != NULL ||
-               (v = xmp_plan_getenv(envp, "SLURM_NODELIST")) != NULL) {
-        char **hosts = NULL;
-        if (xmp_hostlist_expand(v, &hosts, err) < 0)
-            return xmp_error_wrap(err, "distributed.master_addr auto: SLURM_JOB_NODELIST");
-        plan->master_addr = strdup(hosts[0]);
-        xmp_strv_free(hosts);
-    } else {
-        plan->master_addr = strdup("127.0.0.1");
-    }
-    if (plan->master_addr == NULL)
-        return xmp_error_set(err, ENOMEM, "strdup");
     return 0;
 }
 
@@ -639,9 +591,12 @@ fill_job(const struct xmp_spec *spec, char *const *envp, pid_t pid, struct xmp_p
     if (asprintf(&plan->cgroup_name, "xmprun-%s-%s", plan->job_name, plan->job_id) < 0 ||
         asprintf(&plan->run_dir, "%s/xmprun-%s-%s", tmp, plan->job_name, plan->job_id) < 0)
         return xmp_error_set(err, ENOMEM, "asprintf");
+    /* On a shared filesystem the nodes of one job must not overwrite each other's report. */
     if (spec->report != NULL && spec->report[0] != '\0')
         plan->report_path = strdup(spec->report);
-    else if (asprintf(&plan->report_path, "%s.report.json", plan->job_name) < 0)
+    else if (plan->nnodes > 1 ? asprintf(&plan->report_path, "%s.node%d.report.json",
+                                         plan->job_name, plan->node_rank) < 0
+                              : asprintf(&plan->report_path, "%s.report.json", plan->job_name) < 0)
         plan->report_path = NULL;
     if (plan->report_path == NULL)
         return xmp_error_set(err, ENOMEM, "report path");
@@ -675,6 +630,8 @@ xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *c
         if (xmp_spec_env_reserved(spec->env[i].name))
             return xmp_error_set(err, 0, "env: %s is set by xmprun and may not be set in a spec",
                                  spec->env[i].name);
+    if (xmp_plan_check_one_per_node(envp, err) < 0)
+        return -1;
     if (resolve_kind(spec, host, envp, &vis, &n_vis, why, sizeof(why), &plan.kind, err) < 0)
         return -1;
     sel = vis;
@@ -689,10 +646,11 @@ xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *c
     if (resolve_workers(spec, host, plan.kind, n_sel, why, &n_workers, err) < 0)
         return -1;
     plan.local_world_size = (int)n_workers;
-    if (resolve_nodes(spec, envp, &plan, err) < 0)
+    if (xmp_plan_resolve_nodes(spec, envp, &plan, err) < 0)
         goto fail;
     plan.world_size = plan.nnodes * plan.local_world_size;
-    if (fill_job(spec, envp, pid, &plan, err) < 0)
+    if (fill_job(spec, envp, pid, &plan, err) < 0 ||
+        xmp_plan_resolve_run_id(spec, envp, &plan, err) < 0)
         goto fail;
 
     sets = calloc(n_workers, sizeof(*sets));
@@ -703,6 +661,7 @@ xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *c
         goto fail;
     }
     plan.n_workers = n_workers;
+    xmp_plan_check_allocation(spec, envp, per, &plan);
     if (assign_cpusets(spec, host, sel, per, n_workers, plan.kind, sets, has, err) < 0)
         goto fail;
     for (size_t i = 0; i < n_workers; i++) {
@@ -742,6 +701,8 @@ xmp_plan_free(struct xmp_plan *plan)
     free(plan->job_id);
     free(plan->cgroup_name);
     free(plan->master_addr);
+    free(plan->run_id);
+    xmp_strv_free(plan->warnings);
     free(plan->workdir);
     free(plan->report_path);
     free(plan->run_dir);

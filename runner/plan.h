@@ -37,6 +37,8 @@ struct xmp_plan {
     int node_rank;
     char *master_addr;
     int master_port;
+    char *run_id;    /* TORCHELASTIC_RUN_ID: one value for every worker of every node */
+    char **warnings; /* NULL-terminated, or NULL: things the user should know before it runs */
     char *workdir;
     char *report_path;
     char *run_dir; /* per-job scratch directory (error files); under $TMPDIR or /tmp */
@@ -62,5 +64,9 @@ void xmp_strv_free(char **v);
 
 /* Expands a Slurm hostlist ("gpu[01-04,07],login1") into a NULL-terminated vector. */
 int xmp_hostlist_expand(const char *text, char ***out, struct xmp_error *err);
+
+/* Node index's count in a Slurm per-node count list ("2(x3),1"), or -1 when the text is not one
+ * or has no such node; *max gets the largest count, *uniform whether all nodes have the same. */
+long xmp_slurm_count_at(const char *text, size_t index, long *max, bool *uniform);
 
 #endif

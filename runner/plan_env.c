@@ -313,6 +313,21 @@ xmp_plan_worker_env(const struct xmp_plan *plan, const struct xmp_host *host, ch
             env_set(&b, "PJRT_DEVICE", "CPU");
         break;
     }
+    /* torchelastic's variables with torchrun's meanings (one role, "default", spanning the job),
+     * which frameworks read (Lightning detects torchelastic by TORCHELASTIC_RUN_ID); the spec may
+     * set them. Not TORCHELASTIC_USE_AGENT_STORE: there is no agent store at MASTER_PORT. */
+    env_set(&b, "TORCHELASTIC_RUN_ID", plan->run_id);
+    env_set(&b, "TORCHELASTIC_RESTART_COUNT", "0");
+    env_setf(&b, "TORCHELASTIC_MAX_RESTARTS", "%ld", spec->restarts);
+    env_setf(&b, "ROLE_RANK", "%d", w->rank);
+    env_setf(&b, "ROLE_WORLD_SIZE", "%d", plan->world_size);
+    env_set(&b, "ROLE_NAME", "default");
+    /* NCCL's watchdog then aborts a collective whose peer died instead of hanging in it (the
+     * TORCH_ name since torch 2.2, the old one before). */
+    if (!user_set(spec, envp, "TORCH_NCCL_ASYNC_ERROR_HANDLING"))
+        env_set(&b, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+    if (!user_set(spec, envp, "NCCL_ASYNC_ERROR_HANDLING"))
+        env_set(&b, "NCCL_ASYNC_ERROR_HANDLING", "1");
     if (!user_set(spec, envp, "OMP_NUM_THREADS"))
         env_setf(&b, "OMP_NUM_THREADS", "%ld", omp_threads(plan, host, w));
     env_set(&b, "TORCHELASTIC_ERROR_FILE", w->error_file);

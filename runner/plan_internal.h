@@ -12,6 +12,9 @@ struct xmp_plan_sel {
     char id[80];
 };
 
+/* True for a non-empty string of decimal digits. */
+bool xmp_plan_all_digits(const char *s);
+
 /* The value of name in envp, or NULL. */
 const char *xmp_plan_getenv(char *const *envp, const char *name);
 
@@ -24,5 +27,17 @@ void xmp_plan_split_cpus(const struct xmp_host *host, const cpu_set_t *set, size
 int xmp_plan_worker_env(const struct xmp_plan *plan, const struct xmp_host *host, char *const *envp,
                         const struct xmp_plan_sel *sel, size_t per, struct xmp_plan_worker *w,
                         struct xmp_error *err);
+
+/* plan_nodes.c: nnodes, node rank and master address (from the spec, Slurm, Kubernetes). */
+int xmp_plan_resolve_nodes(const struct xmp_spec *spec, char *const *envp, struct xmp_plan *plan,
+                           struct xmp_error *err);
+/* Refuses several tasks of one Slurm step on this node: xmprun is one per node. */
+int xmp_plan_check_one_per_node(char *const *envp, struct xmp_error *err);
+/* Adds warnings where this node's workers disagree with Slurm's allocation of it. */
+void xmp_plan_check_allocation(const struct xmp_spec *spec, char *const *envp, size_t per,
+                               struct xmp_plan *plan);
+/* TORCHELASTIC_RUN_ID: distributed.run_id, else SLURM_JOB_ID, else the job name. */
+int xmp_plan_resolve_run_id(const struct xmp_spec *spec, char *const *envp, struct xmp_plan *plan,
+                            struct xmp_error *err);
 
 #endif

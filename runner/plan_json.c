@@ -52,6 +52,7 @@ job_json(const struct xmp_plan *plan)
     json_object_set_new(job, "node_rank", json_integer(plan->node_rank));
     json_object_set_new(job, "master_addr", json_string(plan->master_addr));
     json_object_set_new(job, "master_port", json_integer(plan->master_port));
+    json_object_set_new(job, "run_id", json_string(plan->run_id));
     json_object_set_new(job, "cgroup", json_string(plan->cgroup_name));
     json_object_set_new(job, "workdir", json_string(plan->workdir));
     json_object_set_new(job, "report", json_string(plan->report_path));
@@ -59,6 +60,12 @@ job_json(const struct xmp_plan *plan)
     json_object_set_new(job, "start", json_string(start_name(plan->spec->start)));
     json_object_set_new(limits, "memory", json_int_or_null(plan->job_limits.memory));
     json_object_set_new(job, "limits", limits);
+    {
+        json_t *warnings = json_array();
+        for (char **w = plan->warnings; w != NULL && *w != NULL; w++)
+            json_array_append_new(warnings, json_string(*w));
+        json_object_set_new(job, "warnings", warnings);
+    }
     return job;
 }
 

@@ -8,6 +8,7 @@
 #include "isolate/cgroup.h"
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
+#include "runner/peer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -188,18 +189,36 @@ describe_oom_limit(const struct xmp_worker_report *w, char *at, size_t size, cha
     }
 }
 
-void
-xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
+/* "worker 3 (cuda:3)", or "worker 3" without devices. */
+static void
+worker_who(const struct xmp_worker_report *w, char *buf, size_t size)
 {
-    char who[160], devs[128], sig[32], peak[32], at_limit[640], after[64], oom_note[768],
-        notes[1024];
-    const char *descr;
+    char devs[128];
 
     join_devices(w, devs, sizeof(devs));
     if (devs[0] != '\0')
-        snprintf(who, sizeof(who), "worker %d (%s)", w->rank, devs);
+        snprintf(buf, size, "worker %d (%s)", w->rank, devs);
     else
-        snprintf(who, sizeof(who), "worker %d", w->rank);
+        snprintf(buf, size, "worker %d", w->rank);
+}
+
+/* The peer-loss message a failed worker's stderr tail shows, or NULL. An OOM kill or a failed
+ * start is its own cause whatever the tail says. */
+static const struct xmp_peer_pattern *
+peer_loss(const struct xmp_worker_report *w, char *addr, size_t size)
+{
+    if (w->state != XMP_WORKER_EXITED && w->state != XMP_WORKER_SIGNALED)
+        return NULL;
+    return xmp_peer_find(w->stderr_tail, w->n_tail, addr, size);
+}
+
+void
+xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
+{
+    char who[160], sig[32], peak[32], at_limit[640], after[64], oom_note[768], notes[1024];
+    const char *descr;
+
+    worker_who(w, who, sizeof(who));
     describe_oom_limit(w, at_limit, sizeof(at_limit), after, sizeof(after));
     /* A worker that fails after the OOM killer took one of its children (a data-loader
      * process, say) did not die of the OOM kill itself, but that is what the user must know. */
@@ -306,10 +325,16 @@ xmp_report_finish(struct xmp_report *r)
     }
 
     /* The earliest failure wins: a worker's own failure, the deadline or a signal to xmprun.
-     * Workers xmprun stopped because of one of those are consequences, not causes. */
-    for (size_t i = 0; i < r->n_workers; i++) {
-        const struct xmp_worker_report *w = &r->workers[i];
-        if (xmp_worker_failed(w) && !w->interrupted && w->ended_mono_ns < best) {
+     * Workers xmprun stopped because of one of those are consequences, not causes; so is a
+     * worker that lost its peer when another worker of this node failed on its own (the loser
+     * may notice before xmprun reaps the one that died). */
+    for (int pass = 0; pass < 2 && first == NULL; pass++) {
+        for (size_t i = 0; i < r->n_workers; i++) {
+            const struct xmp_worker_report *w = &r->workers[i];
+            char addr[96];
+            if (!xmp_worker_failed(w) || w->interrupted || w->ended_mono_ns >= best ||
+                (pass == 0 && peer_loss(w, addr, sizeof(addr)) != NULL))
+                continue;
             best = w->ended_mono_ns;
             first = w;
             kind = XMP_CAUSE_WORKER;
@@ -337,7 +362,17 @@ xmp_report_finish(struct xmp_report *r)
         r->cause_rank = first->rank;
         snprintf(r->cause_reason, sizeof(r->cause_reason), "%s",
                  xmp_worker_state_name(first->state));
-        xmp_worker_describe(first, r->cause_message, sizeof(r->cause_message));
+        {
+            char addr[96], who[160], what[320];
+            const struct xmp_peer_pattern *p = peer_loss(first, addr, sizeof(addr));
+            if (p == NULL) {
+                xmp_worker_describe(first, r->cause_message, sizeof(r->cause_message));
+                return;
+            }
+            worker_who(first, who, sizeof(who));
+            xmp_peer_describe(p, addr, r->nnodes > 1, what, sizeof(what));
+            snprintf(r->cause_message, sizeof(r->cause_message), "%s %s", who, what);
+        }
         return;
     case XMP_CAUSE_TIMEOUT:
         r->outcome = XMP_OUTCOME_TIMEOUT;
@@ -529,11 +564,14 @@ xmp_report_to_json(const struct xmp_report *r)
     json_object_set_new(o, "schema", json_string("xmprun.report/v1"));
     json_object_set_new(o, "xmprun_version", json_string(XMP_VERSION));
     json_object_set_new(o, "job",
-                        json_pack("{s:o, s:o, s:o, s:o, s:i, s:i, s:i}", "name",
+                        json_pack("{s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:o, s:o, s:o}", "name",
                                   str_or_null(r->job_name), "id", str_or_null(r->job_id), "spec",
                                   str_or_null(r->spec_path), "host", str_or_null(r->host),
                                   "node_rank", r->node_rank, "nnodes", r->nnodes, "world_size",
-                                  r->world_size));
+                                  r->world_size, "master_addr", str_or_null(r->master_addr),
+                                  "master_port",
+                                  int_or_null(r->master_port > 0 ? r->master_port : -1), "run_id",
+                                  str_or_null(r->run_id)));
     json_object_set_new(o, "started_at", time_json(&r->started_at));
     json_object_set_new(o, "ended_at", time_json(&r->ended_at));
     json_object_set_new(o, "duration_s", json_real(duration > 0 ? round_to(duration, 1e3) : 0.0));

@@ -101,6 +101,9 @@ struct xmp_report {
     int node_rank;
     int nnodes;
     int world_size;
+    const char *master_addr; /* borrowed; NULL when no plan was made */
+    int master_port;
+    const char *run_id; /* borrowed; NULL when no plan was made */
     struct timespec started_at;
     struct timespec ended_at;
     int64_t started_mono_ns;

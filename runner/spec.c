@@ -333,5 +333,6 @@ xmp_spec_free(struct xmp_spec *spec)
     free(spec->log_dir);
     free(spec->report);
     free(spec->master_addr);
+    free(spec->run_id);
     memset(spec, 0, sizeof(*spec));
 }

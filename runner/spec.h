@@ -96,6 +96,7 @@ struct xmp_spec {
     long node_rank;    /* -1 = auto */
     char *master_addr; /* NULL = auto */
     long master_port;
+    char *run_id; /* NULL = auto (the Slurm job id, else the job name) */
 };
 
 /* Where a spec comes from. Exactly one of path and argv is set: path for `xmprun JOB.yaml`,

@@ -45,11 +45,12 @@ enum { L_CONSOLE, L_DIR, L_TAIL, L_N };
 static const struct xmp_keydef log_keys[] = {
     [L_CONSOLE] = {"console"}, [L_DIR] = {"dir"}, [L_TAIL] = {"tail"}};
 
-enum { N_NNODES, N_NODE_RANK, N_MASTER_ADDR, N_MASTER_PORT, N_N };
+enum { N_NNODES, N_NODE_RANK, N_MASTER_ADDR, N_MASTER_PORT, N_RUN_ID, N_N };
 static const struct xmp_keydef dist_keys[] = {[N_NNODES] = {"nnodes"},
                                               [N_NODE_RANK] = {"node_rank"},
                                               [N_MASTER_ADDR] = {"master_addr"},
-                                              [N_MASTER_PORT] = {"master_port"}};
+                                              [N_MASTER_PORT] = {"master_port"},
+                                              [N_RUN_ID] = {"run_id"}};
 
 enum {
     T_VERSION,
@@ -638,6 +639,10 @@ check_distributed(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec
     if (v[N_MASTER_PORT])
         xmp_check_int(c, v[N_MASTER_PORT], "distributed.master_port", 1, 65535, false, 0,
                       &s->master_port);
+    /* "" (the default) means: the Slurm job id, else the job name (SPEC.md section 3). */
+    if (v[N_RUN_ID] && xmp_check_string(c, v[N_RUN_ID], "distributed.run_id", true, &text) &&
+        text[0] != '\0')
+        s->run_id = xmp_xstrdup(text);
 }
 
 static void

@@ -421,6 +421,10 @@ xmp_state_gc(const char *dir, struct xmp_error *err)
     struct dirent *de;
     int removed = 0, ret = 0;
 
+    /* Where the cgroup filesystems cannot be seen (`ip netns exec`'s fresh /sys), the orphans'
+     * cgroups cannot be removed: say so, and keep the state files for a gc that can. */
+    if (xmp_cgroup_detect(&mode, err) < 0)
+        return xmp_error_wrap(err, "cannot see the cgroup filesystems, so nothing was cleaned up");
     ctx.pids_visible = !foreign_processes_nearby();
     /* State files are trusted only in a directory that is safely this user's. */
     if (prepare_dir(dir, false, &e) == 0)
@@ -435,7 +439,7 @@ xmp_state_gc(const char *dir, struct xmp_error *err)
         closedir(d);
 
     xmp_error_clear(&e);
-    if (xmp_cgroup_detect(&mode, &e) == 0 && mode != XMP_CGROUP_MODE_NONE) {
+    if (mode != XMP_CGROUP_MODE_NONE) {
         removed = xmp_cgroup_gc(mode, is_orphan, &ctx, &e);
         if (removed < 0 && !ctx.failed) {
             ctx.err = e;

@@ -356,9 +356,15 @@ fill_job_info(struct xmp_supervisor *sv)
     r->job_id = sv->have_plan ? sv->plan.job_id : NULL;
     r->spec_path = sv->spec->file;
     r->host = sv->have_host && sv->host.hostname[0] != '\0' ? sv->host.hostname : NULL;
-    r->node_rank = sv->have_plan ? sv->plan.node_rank : 0;
-    r->nnodes = sv->have_plan ? sv->plan.nnodes : 1;
+    /* Without a plan, what the spec says (auto is unknown then). */
+    r->node_rank = sv->have_plan ? sv->plan.node_rank
+                                 : (int)(sv->spec->node_rank > 0 ? sv->spec->node_rank : 0);
+    r->nnodes =
+        sv->have_plan ? sv->plan.nnodes : (int)(sv->spec->nnodes > 1 ? sv->spec->nnodes : 1);
     r->world_size = sv->have_plan ? sv->plan.world_size : 0;
+    r->master_addr = sv->have_plan ? sv->plan.master_addr : NULL;
+    r->master_port = sv->have_plan ? sv->plan.master_port : (int)sv->spec->master_port;
+    r->run_id = sv->have_plan ? sv->plan.run_id : NULL;
     r->restarts_allowed = (int)sv->spec->restarts;
     r->timeout_ms = sv->spec->timeout_ms;
 }
@@ -372,7 +378,12 @@ report_path(struct xmp_supervisor *sv, char *buf, size_t size)
         return sv->plan.report_path;
     if (sv->spec->report != NULL)
         return sv->spec->report;
-    snprintf(buf, size, "%s.report.json", sv->spec->name != NULL ? sv->spec->name : "xmprun");
+    /* No plan (it was refused): still one report per node where the spec names the node. */
+    if (sv->spec->nnodes > 1 && sv->spec->node_rank >= 0)
+        snprintf(buf, size, "%s.node%ld.report.json",
+                 sv->spec->name != NULL ? sv->spec->name : "xmprun", sv->spec->node_rank);
+    else
+        snprintf(buf, size, "%s.report.json", sv->spec->name != NULL ? sv->spec->name : "xmprun");
     return buf;
 }
 
@@ -466,6 +477,8 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
     if (xmp_plan_build(spec, &sv.host, opts->environ, getpid(), &sv.plan, &err) < 0)
         goto setup_failed;
     sv.have_plan = true;
+    for (char **w = sv.plan.warnings; w != NULL && *w != NULL; w++)
+        fprintf(stderr, "xmprun: warning: %s\n", *w);
     /* Before anything is created or started: a report that cannot be written, or would replace
      * a device node, FIFO or directory, is refused now rather than lost after the job ran. */
     path = report_path(&sv, buf, sizeof(buf));

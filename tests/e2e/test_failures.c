@@ -151,7 +151,8 @@ Test(failures, restarts_rerun_the_group, .timeout = 120)
                  "name: flaky\n"
                  "workers: 2\n"
                  "devices: {kind: cpu}\n"
-                 "command: 'echo \"$RANK:$XMPRUN_RESTART_COUNT\" >> %2$s/runs.log; "
+                 "command: 'echo \"$RANK:$XMPRUN_RESTART_COUNT torchelastic "
+                 "$TORCHELASTIC_RESTART_COUNT/$TORCHELASTIC_MAX_RESTARTS\" >> %2$s/runs.log; "
                  "[ \"$XMPRUN_RESTART_COUNT\" = 2 ] || [ \"$RANK\" = 1 ] || exit 4; "
                  "exec %1$s sleep 0.2'\n"
                  "on_failure: {action: kill-all, restarts: 3, grace: 2s}\n");
@@ -168,6 +169,9 @@ Test(failures, restarts_rerun_the_group, .timeout = 120)
     cr_assert_not_null(strstr(log, "0:1"));
     cr_assert_not_null(strstr(log, "0:2"));
     cr_assert_null(strstr(log, "0:3"));
+    /* torchrun's names for the same counts. */
+    cr_assert_not_null(strstr(log, "0:0 torchelastic 0/3"), "%s", log);
+    cr_assert_not_null(strstr(log, "1:2 torchelastic 2/3"), "%s", log);
     free(log);
     e2e_assert_clean(&e);
     e2e_fini(&e);

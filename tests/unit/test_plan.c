@@ -427,9 +427,9 @@ Test(plan, json_key_order)
     json_t *j;
     char *text;
     const char *job_keys[] = {
-        "name",    "id",        "kind",        "world_size",  "local_world_size",
-        "nnodes",  "node_rank", "master_addr", "master_port", "cgroup",
-        "workdir", "report",    "run_dir",     "start",       "limits"};
+        "name",      "id",          "kind",        "world_size", "local_world_size", "nnodes",
+        "node_rank", "master_addr", "master_port", "run_id",     "cgroup",           "workdir",
+        "report",    "run_dir",     "start",       "limits",     "warnings"};
     const char *worker_keys[] = {"rank", "local_rank", "devices", "cpuset", "limits",
                                  "env",  "argv",       "stdout",  "stderr", "error_file"};
     const char *iter_key;
@@ -484,5 +484,201 @@ Test(plan, json_key_order)
     }
     free(text);
     json_decref(j);
+    xmp_plan_free(&p);
+}
+
+/* Slurm with ConstrainDevices: SLURM_STEP_GPUS names the GPUs on the node (their identity and
+ * NUMA node), CUDA_VISIBLE_DEVICES numbers them inside the step's device cgroup (from 0), and
+ * the workers keep that numbering. GPUs 4-7 sit on NUMA node 1 (CPUs 16-31). */
+Test(plan, slurm_constrained_gpus_keep_their_identity)
+{
+    struct xmp_spec s;
+    struct xmp_plan p;
+    char *step[] = {"SLURM_STEP_GPUS=4,5", "SLURM_JOB_GPUS=4,5,6", "CUDA_VISIBLE_DEVICES=0,1",
+                    NULL};
+    char *batch[] = {"SLURM_JOB_GPUS=6,7", "CUDA_VISIBLE_DEVICES=0,1", NULL};
+    char *unconstrained[] = {"SLURM_STEP_GPUS=4,5", "CUDA_VISIBLE_DEVICES=4,5", NULL};
+    char *narrowed[] = {"SLURM_STEP_GPUS=2,5,6", "CUDA_VISIBLE_DEVICES=2,0", NULL};
+    char *beyond[] = {"SLURM_STEP_GPUS=4,5", "CUDA_VISIBLE_DEVICES=0,1,2", NULL};
+    char *ids[] = {"1"};
+
+    load_host("gpu8-2numa");
+    spec_defaults(&s);
+    build(&s, step, &p);
+    cr_assert_eq(p.n_workers, 2);
+    cr_assert_str_eq(p.workers[0].devices[0], "cuda:4");
+    cr_assert_str_eq(p.workers[1].devices[0], "cuda:5");
+    assert_env(&p.workers[0], "CUDA_VISIBLE_DEVICES", "0");
+    assert_env(&p.workers[1], "CUDA_VISIBLE_DEVICES", "1");
+    cr_assert_str_eq(p.workers[0].cpuset, "16-23");
+    cr_assert_str_eq(p.workers[1].cpuset, "24-31");
+    xmp_plan_free(&p);
+
+    /* A batch script has the job's GPUs only. */
+    build(&s, batch, &p);
+    cr_assert_str_eq(p.workers[1].devices[0], "cuda:7");
+    assert_env(&p.workers[1], "CUDA_VISIBLE_DEVICES", "1");
+    cr_assert_str_eq(p.workers[1].cpuset, "24-31");
+    xmp_plan_free(&p);
+
+    /* Without ConstrainDevices Slurm gives the same list twice: global indices. */
+    build(&s, unconstrained, &p);
+    cr_assert_str_eq(p.workers[1].devices[0], "cuda:5");
+    assert_env(&p.workers[1], "CUDA_VISIBLE_DEVICES", "5");
+    xmp_plan_free(&p);
+
+    /* A list narrowed further inside the step counts in the step's numbering. */
+    build(&s, narrowed, &p);
+    cr_assert_eq(p.n_workers, 2);
+    cr_assert_str_eq(p.workers[0].devices[0], "cuda:6");
+    cr_assert_str_eq(p.workers[1].devices[0], "cuda:2");
+    assert_env(&p.workers[0], "CUDA_VISIBLE_DEVICES", "2");
+    assert_env(&p.workers[1], "CUDA_VISIBLE_DEVICES", "0");
+    cr_assert_str_eq(p.workers[0].cpuset, "16-31");
+    cr_assert_str_eq(p.workers[1].cpuset, "0-15");
+    xmp_plan_free(&p);
+
+    /* CUDA stops at an entry beyond the step's GPUs. */
+    build(&s, beyond, &p);
+    cr_assert_eq(p.n_workers, 2);
+    xmp_plan_free(&p);
+
+    /* devices.ids count within what the step sees. */
+    s.device_ids = ids;
+    s.device_ids_len = 1;
+    build(&s, step, &p);
+    cr_assert_eq(p.n_workers, 1);
+    cr_assert_str_eq(p.workers[0].devices[0], "cuda:5");
+    assert_env(&p.workers[0], "CUDA_VISIBLE_DEVICES", "1");
+    xmp_plan_free(&p);
+    s.device_ids = NULL;
+    s.device_ids_len = 0;
+    s.workers = 3;
+    build_fails(&s, step,
+                "only 2 are visible (narrowed by SLURM_STEP_GPUS=4,5, numbered by "
+                "CUDA_VISIBLE_DEVICES=0,1)");
+}
+
+/* xmprun is one per node: `srun -n2` on one node is refused, a batch script is not. */
+Test(plan, slurm_several_tasks_per_node_refused)
+{
+    struct xmp_spec s;
+    struct xmp_plan p;
+    char *srun_n2[] = {"SLURM_JOB_ID=1",
+                       "SLURM_STEP_ID=0",
+                       "SLURM_NTASKS=2",
+                       "SLURM_STEP_TASKS_PER_NODE=2",
+                       "SLURM_TASKS_PER_NODE=2",
+                       "SLURM_LOCALID=0",
+                       NULL};
+    char *uneven[] = {"SLURM_STEP_ID=0", "SLURM_STEP_TASKS_PER_NODE=1(x2),2", "SLURM_LOCALID=0",
+                      NULL};
+    char *old_slurm[] = {"SLURM_STEP_ID=0", "SLURM_NTASKS_PER_NODE=4", NULL};
+    char *second[] = {"SLURM_LOCALID=1", NULL};
+    char *one_each[] = {"SLURM_STEP_ID=0", "SLURM_STEP_TASKS_PER_NODE=1(x2)", "SLURM_LOCALID=0",
+                        "SLURM_TASKS_PER_NODE=4(x2)", NULL};
+    char *batch[] = {"SLURM_JOB_ID=2", "SLURM_TASKS_PER_NODE=2", "SLURM_NTASKS_PER_NODE=2",
+                     "SLURM_LOCALID=0", NULL};
+
+    load_host("cpu-only");
+    spec_defaults(&s);
+    s.workers = 2;
+    build_fails(&s, srun_n2,
+                "Slurm started 2 tasks of this step on one node (SLURM_STEP_TASKS_PER_NODE=2); "
+                "xmprun runs once per node and starts its workers itself: use `srun "
+                "--ntasks-per-node=1`");
+    build_fails(&s, uneven, "2 tasks of this step on one node (SLURM_STEP_TASKS_PER_NODE=1(x2),2)");
+    build_fails(&s, old_slurm, "(SLURM_NTASKS_PER_NODE=4)");
+    build_fails(&s, second, "at least 2 tasks of this step on one node (SLURM_LOCALID=1)");
+    build(&s, one_each, &p);
+    xmp_plan_free(&p);
+    build(&s, batch, &p);
+    xmp_plan_free(&p);
+}
+
+/* On a shared filesystem every node writes its own report. */
+Test(plan, report_path_per_node)
+{
+    struct xmp_spec s;
+    struct xmp_plan p;
+
+    load_host("cpu-only");
+    spec_defaults(&s);
+    s.workers = 1;
+    s.nnodes = 3;
+    s.node_rank = 2;
+    s.master_addr = "10.0.0.1";
+    build(&s, NULL, &p);
+    cr_assert_str_eq(p.report_path, "train.node2.report.json");
+    xmp_plan_free(&p);
+    s.report = "r.json";
+    build(&s, NULL, &p);
+    cr_assert_str_eq(p.report_path, "r.json");
+    xmp_plan_free(&p);
+}
+
+static bool
+has_warning(const struct xmp_plan *p, const char *needle)
+{
+    for (char **w = p->warnings; w != NULL && *w != NULL; w++)
+        if (strstr(*w, needle) != NULL)
+            return true;
+    return false;
+}
+
+/* The worker count compared with Slurm's allocation of this node. */
+Test(plan, slurm_allocation_mismatch_warns)
+{
+    struct xmp_spec s;
+    struct xmp_plan p;
+    char *gpus[] = {"SLURM_GPUS_ON_NODE=4", "SLURM_STEP_GPUS=0,1,2,3",   "SLURM_NNODES=2",
+                    "SLURM_NODEID=0",       "SLURM_JOB_NODELIST=n[1-2]", NULL};
+    char *tasks[] = {"SLURM_NTASKS_PER_NODE=4", NULL};
+    char *cpus[] = {"SLURM_NNODES=2", "SLURM_NODEID=1", "SLURM_JOB_NODELIST=n[1-2]",
+                    "SLURM_JOB_CPUS_PER_NODE=32,16", NULL};
+    char *cpus_here[] = {"SLURM_JOB_CPUS_PER_NODE=12", NULL};
+    char *fits[] = {"SLURM_NNODES=2",
+                    "SLURM_NODEID=1",
+                    "SLURM_JOB_NODELIST=n[1-2]",
+                    "SLURM_JOB_CPUS_PER_NODE=8(x2)",
+                    "SLURM_GPUS_ON_NODE=4",
+                    "SLURM_NTASKS_PER_NODE=1",
+                    NULL};
+
+    load_host("gpu8-2numa");
+    spec_defaults(&s);
+    s.nnodes = -1;
+    build(&s, gpus, &p);
+    cr_assert_null(p.warnings);
+    xmp_plan_free(&p);
+    s.workers = 3;
+    build(&s, gpus, &p);
+    cr_assert(has_warning(&p, "this node plans 3 workers x 1 GPU, but Slurm allocated 4 GPUs on "
+                              "it (SLURM_GPUS_ON_NODE=4); every node must plan the same number "
+                              "of workers"));
+    xmp_plan_free(&p);
+    /* One node: no rendezvous to hang, but the allocation is still off. */
+    s.nnodes = 1;
+    build(&s, tasks, &p);
+    cr_assert(has_warning(&p, "this node plans 3 workers, but the Slurm job asked for 4 tasks "
+                              "per node (SLURM_NTASKS_PER_NODE=4)"));
+    cr_assert_null(strstr(p.warnings[0], "every node"), "%s", p.warnings[0]);
+    xmp_plan_free(&p);
+
+    load_host("cpu-only");
+    s.workers = 0;
+    s.nnodes = -1;
+    s.node_rank = -1;
+    build(&s, cpus, &p);
+    cr_assert(has_warning(&p, "Slurm gave the nodes different CPU counts "
+                              "(SLURM_JOB_CPUS_PER_NODE=32,16)"));
+    xmp_plan_free(&p);
+    build(&s, cpus_here, &p);
+    cr_assert(has_warning(&p, "workers: auto plans 8 workers (one per CPU xmprun may run on), but "
+                              "Slurm allocated 12 CPUs on this node"),
+              "%s", p.warnings ? p.warnings[0] : "none");
+    xmp_plan_free(&p);
+    build(&s, fits, &p);
+    cr_assert_null(p.warnings, "%s", p.warnings ? p.warnings[0] : "");
     xmp_plan_free(&p);
 }

@@ -48,6 +48,7 @@ Test(plan_env, tpu_v4_8_matches_torch_xla)
     /* Second host of a v4-16 (2 hosts): task ids continue, addresses list both hosts. */
     char *env[] = {"TPU_WORKER_HOSTNAMES=t1v-w-0,t1v-w-1", NULL};
     s.nnodes = 2;
+    s.master_addr = "t1v-w-0";
     s.node_rank = 1;
     build(&s, env, &p);
     assert_env(&p.workers[2], "CLOUD_TPU_TASK_ID", "6");
@@ -189,7 +190,7 @@ Test(plan_env, kubernetes_and_node_rank_env)
 {
     struct xmp_spec s;
     struct xmp_plan p;
-    char *k8s[] = {"JOB_COMPLETION_INDEX=1", "NODE_RANK=0", NULL};
+    char *k8s[] = {"JOB_COMPLETION_INDEX=1", "NODE_RANK=0", "MASTER_ADDR=train-0.train", NULL};
     char *plain[] = {"NODE_RANK=1", NULL};
 
     load_host("cpu-only");
@@ -201,9 +202,16 @@ Test(plan_env, kubernetes_and_node_rank_env)
     cr_assert_eq(p.node_rank, 1);
     cr_assert_eq(p.world_size, 6);
     cr_assert_eq(p.workers[1].rank, 3);
-    cr_assert_str_eq(p.master_addr, "127.0.0.1");
+    /* Kubeflow's PyTorchJob (or a launcher script) names the master by MASTER_ADDR. */
+    cr_assert_str_eq(p.master_addr, "train-0.train");
     xmp_plan_free(&p);
 
+    /* Nothing names the master: refused, not a rendezvous on 127.0.0.1 that never completes. */
+    build_fails(&s, plain,
+                "distributed.nnodes is 3 and master_addr is auto, but no SLURM_JOB_NODELIST or "
+                "MASTER_ADDR names the master: set distributed.master_addr to node 0's address "
+                "on every node");
+    s.master_addr = "10.0.0.1";
     build(&s, plain, &p);
     cr_assert_eq(p.node_rank, 1);
     xmp_plan_free(&p);
@@ -302,5 +310,97 @@ Test(hostlist, expansion_table)
                      h == hosts ? "" : " ", *h);
         cr_assert_str_eq(joined, cases[i].out, "\"%s\"", cases[i].in);
         xmp_strv_free(hosts);
+    }
+}
+
+/* torchrun's torchelastic variables: one run id on every worker (the spec's, else the Slurm job
+ * id, else the job name), one role spanning the job, and NCCL's async error handling on unless
+ * the user set it. */
+Test(plan_env, torchelastic_variables)
+{
+    struct xmp_spec s;
+    struct xmp_plan p;
+    char *slurm[] = {"SLURM_JOB_ID=8812",
+                     "SLURM_NNODES=2",
+                     "SLURM_NODEID=1",
+                     "SLURM_JOB_NODELIST=gpu[01-02]",
+                     "NCCL_ASYNC_ERROR_HANDLING=0",
+                     NULL};
+    struct xmp_env_var user[] = {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"},
+                                 {"TORCHELASTIC_RUN_ID", "mine"}};
+
+    load_host("cpu-only");
+    spec_defaults(&s);
+    s.workers = 2;
+    s.restarts = 3;
+    build(&s, NULL, &p);
+    cr_assert_str_eq(p.run_id, "train");
+    for (size_t i = 0; i < 2; i++) {
+        const struct xmp_plan_worker *w = &p.workers[i];
+        assert_env(w, "TORCHELASTIC_RUN_ID", "train");
+        assert_env(w, "TORCHELASTIC_RESTART_COUNT", "0");
+        assert_env(w, "TORCHELASTIC_MAX_RESTARTS", "3");
+        assert_env_int(w, "ROLE_RANK", (long)i);
+        assert_env(w, "ROLE_WORLD_SIZE", "2");
+        assert_env(w, "ROLE_NAME", "default");
+        assert_env(w, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+        assert_env(w, "NCCL_ASYNC_ERROR_HANDLING", "1");
+        assert_env(w, "TORCHELASTIC_USE_AGENT_STORE", NULL);
+    }
+    xmp_plan_free(&p);
+
+    /* Under Slurm: the job id, on node 1 of 2; an inherited NCCL_ASYNC_ERROR_HANDLING stays. */
+    s.nnodes = -1;
+    s.node_rank = -1;
+    build(&s, slurm, &p);
+    cr_assert_str_eq(p.run_id, "8812");
+    assert_env(&p.workers[1], "TORCHELASTIC_RUN_ID", "8812");
+    assert_env(&p.workers[1], "ROLE_RANK", "3");
+    assert_env(&p.workers[1], "ROLE_WORLD_SIZE", "4");
+    assert_env(&p.workers[1], "RANK", "3");
+    assert_env(&p.workers[1], "NCCL_ASYNC_ERROR_HANDLING", NULL);
+    assert_env(&p.workers[1], "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+    xmp_plan_free(&p);
+
+    /* distributed.run_id wins over the Slurm job id; the spec's env wins over everything. */
+    s.run_id = "exp-7";
+    build(&s, slurm, &p);
+    cr_assert_str_eq(p.run_id, "exp-7");
+    assert_env(&p.workers[0], "TORCHELASTIC_RUN_ID", "exp-7");
+    xmp_plan_free(&p);
+    s.env = user;
+    s.env_len = 2;
+    build(&s, slurm, &p);
+    assert_env(&p.workers[0], "TORCHELASTIC_RUN_ID", "mine");
+    assert_env(&p.workers[0], "TORCH_NCCL_ASYNC_ERROR_HANDLING", "3");
+    xmp_plan_free(&p);
+}
+
+struct count_case {
+    const char *text;
+    size_t index;
+    long want, max;
+    bool uniform;
+};
+
+Test(hostlist, slurm_count_lists)
+{
+    const struct count_case cases[] = {
+        {"2", 0, 2, 2, true},         {"2(x3),1", 2, 2, 2, false}, {"2(x3),1", 3, 1, 2, false},
+        {"2(x3),1", 4, -1, 2, false}, {"8(x2)", 1, 8, 8, true},    {"72,36(x2)", 2, 36, 72, false},
+        {"", 0, -1, -1, true},        {"2(x)", 0, -1, -1, true},   {"two", 0, -1, -1, true},
+        {"2(x3", 0, -1, 2, true},     {"1,,2", 0, -1, 1, true},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        long max = 0;
+        bool uniform = false;
+        long got = xmp_slurm_count_at(cases[i].text, cases[i].index, &max, &uniform);
+
+        cr_assert_eq(got, cases[i].want, "\"%s\"[%zu]: %ld", cases[i].text, cases[i].index, got);
+        if (got >= 0) {
+            cr_assert_eq(max, cases[i].max, "\"%s\" max", cases[i].text);
+            cr_assert_eq(uniform, cases[i].uniform, "\"%s\" uniform", cases[i].text);
+        }
     }
 }

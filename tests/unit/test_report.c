@@ -229,6 +229,9 @@ Test(report, json_matches_schema, .timeout = 60)
     w->stderr_tail[1] = strdup("bad \xff utf8");
     w->error_file = json_pack("{s:{s:s}}", "message", "message", "boom");
     w = add_worker(&r, XMP_WORKER_SIGNALED, -1, SIGSEGV, 50);
+    r.master_addr = "10.231.77.1";
+    r.master_port = 29512;
+    r.run_id = "8812";
     /* An error file that was cut: its text, and the note that says so. */
     w->error_file = xmp_report_text_json("{\"message\": \"Traceback \xff");
     snprintf(w->error_file_note, sizeof(w->error_file_note), "cut: the error file is 1.0 MiB");
@@ -248,6 +251,10 @@ Test(report, json_matches_schema, .timeout = 60)
     text = xt_read_file(path);
     cr_assert_not_null(strstr(text, "\"schema\": \"xmprun.report/v1\""));
     cr_assert_not_null(strstr(text, "\"signal\": \"SIGSEGV\""));
+    /* The nodes' reports of one run can be put side by side. */
+    cr_assert_not_null(strstr(text, "\"world_size\": 2,\n    \"master_addr\": \"10.231.77.1\",\n"
+                                    "    \"master_port\": 29512,\n    \"run_id\": \"8812\"\n"),
+                       "%s", text);
     cr_assert_not_null(
         strstr(text, "\"error_file\": \"{\\\"message\\\": \\\"Traceback \xef\xbf\xbd\""), "%s",
         text);
