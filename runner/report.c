@@ -137,22 +137,17 @@ join_devices(const struct xmp_worker_report *w, char *buf, size_t size)
         n += (size_t)snprintf(buf + n, size - n, "%s%s", i > 0 ? "," : "", w->devices[i]);
 }
 
-void
-xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
+static void
+describe(const struct xmp_worker_report *w, const char *who, char *buf, size_t size)
 {
-    char who[160], devs[128], sig[32], limit[32], peak[32], at_limit[64], oom_note[128];
+    char sig[32], limit[32], peak[32], at_limit[96], oom_note[160];
     const char *descr;
-
-    join_devices(w, devs, sizeof(devs));
-    if (devs[0] != '\0')
-        snprintf(who, sizeof(who), "worker %d (%s)", w->rank, devs);
-    else
-        snprintf(who, sizeof(who), "worker %d", w->rank);
     /* The limit that was hit: the worker's own, else the job's (shared by all workers). */
     at_limit[0] = '\0';
     if (w->memory_limit >= 0) {
         xmp_format_bytes(w->memory_limit, limit, sizeof(limit));
-        snprintf(at_limit, sizeof(at_limit), " at its %s memory limit", limit);
+        snprintf(at_limit, sizeof(at_limit), " at its %s memory limit%s", limit,
+                 w->rank < 0 ? " (resources.shared.memory)" : "");
     } else if (w->job_memory_limit >= 0) {
         xmp_format_bytes(w->job_memory_limit, limit, sizeof(limit));
         snprintf(at_limit, sizeof(at_limit), " at the job's %s memory limit", limit);
@@ -197,6 +192,44 @@ xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
         snprintf(buf, size, "%s is still running", who);
         return;
     }
+}
+
+void
+xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
+{
+    char who[160], devs[128];
+
+    join_devices(w, devs, sizeof(devs));
+    if (devs[0] != '\0')
+        snprintf(who, sizeof(who), "worker %d (%s)", w->rank, devs);
+    else
+        snprintf(who, sizeof(who), "worker %d", w->rank);
+    describe(w, who, buf, size);
+}
+
+/* "the zygote exited with status 1 before it forked the workers: ...". */
+static void
+describe_zygote(const struct xmp_report *r, char *buf, size_t size)
+{
+    const struct xmp_worker_report *z = r->zygote;
+    size_t len;
+
+    describe(z, "the zygote", buf, size);
+    len = strlen(buf);
+    if (z->state == XMP_WORKER_FAILED_TO_START)
+        return;
+    if (r->zygote_before_fork && z->start_error[0] != '\0')
+        snprintf(buf + len, size - len, " before it forked the workers: %s", z->start_error);
+    else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED)
+        snprintf(buf + len, size - len,
+                 " before it forked the workers: in start: fork the command must call "
+                 "xmprun.spawn()");
+    else if (r->zygote_before_fork)
+        snprintf(buf + len, size - len, " before it forked the workers");
+    else if (r->zygote_after_done)
+        snprintf(buf + len, size - len, " after its workers finished");
+    else
+        snprintf(buf + len, size - len, " while its workers ran");
 }
 
 int
@@ -252,6 +285,10 @@ xmp_report_finish(struct xmp_report *r)
             kind = XMP_CAUSE_WORKER;
         }
     }
+    if (r->zygote != NULL && r->zygote_failed && r->zygote->ended_mono_ns < best) {
+        best = r->zygote->ended_mono_ns;
+        kind = XMP_CAUSE_ZYGOTE;
+    }
     if (r->timed_out && r->timeout_mono_ns < best) {
         best = r->timeout_mono_ns;
         kind = XMP_CAUSE_TIMEOUT;
@@ -275,6 +312,16 @@ xmp_report_finish(struct xmp_report *r)
         snprintf(r->cause_reason, sizeof(r->cause_reason), "%s",
                  xmp_worker_state_name(first->state));
         xmp_worker_describe(first, r->cause_message, sizeof(r->cause_message));
+        return;
+    case XMP_CAUSE_ZYGOTE:
+        r->outcome = XMP_OUTCOME_FAILED;
+        r->exit_code = xmp_worker_exit_status(r->zygote);
+        /* Exiting 0 without forking is still a failure: the job did not run. */
+        if (r->exit_code == 0)
+            r->exit_code = 1;
+        snprintf(r->cause_reason, sizeof(r->cause_reason), "zygote_%s",
+                 xmp_worker_state_name(r->zygote->state));
+        describe_zygote(r, r->cause_message, sizeof(r->cause_message));
         return;
     case XMP_CAUSE_TIMEOUT:
         r->outcome = XMP_OUTCOME_TIMEOUT;
@@ -473,6 +520,19 @@ xmp_report_to_json(const struct xmp_report *r)
     json_object_set_new(o, "restarts", json_integer(r->restarts));
     json_object_set_new(o, "attempts", attempts);
     json_object_set_new(o, "workers", workers);
+    if (r->zygote != NULL) {
+        const struct xmp_worker_report *z = r->zygote;
+        char sig[32];
+        xmp_signal_name(z->signal, sig, sizeof(sig));
+        json_object_set_new(
+            o, "zygote",
+            json_pack("{s:o, s:s, s:o, s:o, s:{s:o, s:o, s:o}}", "pid",
+                      z->pid > 0 ? json_integer(z->pid) : json_null(), "state",
+                      xmp_worker_state_name(z->state), "exit_code", int_or_null(z->exit_code),
+                      "signal", z->signal > 0 ? json_string(sig) : json_null(), "memory",
+                      "limit_bytes", int_or_null(z->memory_limit), "peak_bytes",
+                      int_or_null(z->memory_peak), "oom_kills", int_or_null(z->oom_kills)));
+    }
     return o;
 }
 

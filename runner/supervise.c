@@ -52,12 +52,31 @@ create_worker_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
     return 0;
 }
 
+/* start: fork: the zygote's cgroup holds the preloaded pages, charged once, with the limit
+ * resources.shared.memory. */
+static int
+create_zygote_cgroup(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    struct xmp_limits limits;
+
+    if (!sv->fork_mode)
+        return 0;
+    xmp_limits_init(&limits);
+    limits.memory = sv->spec->shared_memory > 0 ? sv->spec->shared_memory : -1;
+    if (xmp_cgroup_create_child(sv->job_cg, "zygote", &limits, &sv->zy.cg, err) < 0)
+        return xmp_error_wrap(err, "zygote");
+    return 0;
+}
+
 static void
 destroy_cgroups(struct xmp_supervisor *sv)
 {
     struct xmp_error err = {0};
 
     destroy_worker_cgroups(sv);
+    if (sv->zy.cg != NULL && xmp_cgroup_destroy(sv->zy.cg, &err) < 0)
+        fprintf(stderr, "xmprun: warning: zygote: %s\n", err.msg);
+    sv->zy.cg = NULL;
     if (sv->job_cg != NULL && xmp_cgroup_destroy(sv->job_cg, &err) < 0)
         fprintf(stderr, "xmprun: warning: %s\n", err.msg);
     sv->job_cg = NULL;
@@ -77,7 +96,7 @@ setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
     if (xmp_cgroup_detect(&sv->mode, err) < 0 ||
         xmp_cgroup_create_job(sv->mode, sv->plan.cgroup_name, &sv->plan.job_limits, &sv->job_cg,
                               err) < 0 ||
-        create_worker_cgroups(sv, err) < 0) {
+        create_worker_cgroups(sv, err) < 0 || create_zygote_cgroup(sv, err) < 0) {
         destroy_cgroups(sv);
         sv->mode = XMP_CGROUP_MODE_NONE;
         if (sv->spec->cgroups == XMP_CGROUPS_REQUIRED)
@@ -185,6 +204,22 @@ setup_workers(struct xmp_supervisor *sv, struct xmp_error *err)
     }
     if (sv->spec->log_dir != NULL && mkdir(sv->spec->log_dir, 0755) < 0 && errno != EEXIST)
         return xmp_error_set(err, errno, "logs.dir: mkdir `%s`", sv->spec->log_dir);
+    /* The job-wide serial lock (MpSerialExecutor, xmprun_serial_lock): a file the workers
+     * flock, which the kernel releases when its holder dies. Readable by a worker that runs as
+     * another user. */
+    if (sv->made_run_dir) {
+        cleanup_close int fd = -1;
+        if (asprintf(&sv->serial_lock, "%s/serial.lock", sv->plan.run_dir) < 0) {
+            sv->serial_lock = NULL;
+            return xmp_error_set(err, ENOMEM, "serial lock");
+        }
+        fd = open(sv->serial_lock, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+        if (fd < 0)
+            return xmp_error_set(err, errno, "create `%s`", sv->serial_lock);
+        fchmod(fd, 0666);
+        chmod(sv->plan.run_dir, 0711);
+    }
+    xmp_zygote_find_client(sv);
     return 0;
 }
 
@@ -242,8 +277,10 @@ run_job(struct xmp_supervisor *sv)
         xmp_group_run(sv);
         /* A ^C during the last moments of a failed run must not be answered with a restart. */
         xmp_group_take_signals(sv);
+        /* start: fork restarts by forking again from the same zygote, which must still live. */
         if (!group_failed(sv) || sv->report.interrupt_signal != 0 || sv->report.timed_out ||
-            sv->restart >= sv->spec->restarts)
+            sv->restart >= sv->spec->restarts || (sv->fork_mode && !sv->zy.running) ||
+            sv->report.zygote_failed)
             return;
         record_attempt(sv);
         /* Fresh cgroups, so that the next run's peak memory and OOM count are its own and
@@ -299,6 +336,8 @@ remove_run_dir(struct xmp_supervisor *sv)
     if (!sv->made_run_dir)
         return;
     len = strlen(sv->plan.run_dir);
+    if (sv->serial_lock != NULL)
+        unlink(sv->serial_lock);
     for (size_t i = 0; i < sv->plan.n_workers; i++) {
         const char *f = sv->plan.workers[i].error_file;
         if (f != NULL && strncmp(f, sv->plan.run_dir, len) == 0 && f[len] == '/')
@@ -311,6 +350,15 @@ static void
 cleanup(struct xmp_supervisor *sv)
 {
     remove_run_dir(sv);
+    free(sv->serial_lock);
+    if (sv->zy.sock >= 0)
+        close(sv->zy.sock);
+    if (sv->zy.pidfd >= 0)
+        close(sv->zy.pidfd);
+    if (sv->zy.spawned.status_fd >= 0)
+        close(sv->zy.spawned.status_fd);
+    free(sv->zy.path);
+    xmp_strv_free(sv->zy.environ);
     for (size_t i = 0; i < sv->n_workers; i++) {
         struct xmp_worker *w = &sv->workers[i];
         if (w->pidfd >= 0)
@@ -339,7 +387,15 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
             struct xmp_error *setup_err)
 {
     struct xmp_supervisor sv = {
-        .spec = spec, .opts = opts, .epfd = -1, .sigfd = -1, .timerfd = -1, .stdin_fd = -1};
+        .spec = spec,
+        .opts = opts,
+        .epfd = -1,
+        .sigfd = -1,
+        .timerfd = -1,
+        .stdin_fd = -1,
+        .fork_mode = spec->start == XMP_START_FORK,
+        .zy = {.sock = -1, .pidfd = -1, .spawned = {.pidfd = -1, .status_fd = -1, .gate_fd = -1}},
+    };
     struct xmp_error err = {0};
     char buf[512];
     const char *path;
@@ -370,12 +426,6 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
     if (xmp_plan_build(spec, &sv.host, opts->environ, getpid(), &sv.plan, &err) < 0)
         goto setup_failed;
     sv.have_plan = true;
-    /* Refuse rather than quietly run the command once per worker: a zygote that preloads and
-     * forks its workers is a different program from one exec'd per worker. */
-    if (spec->start == XMP_START_FORK) {
-        xmp_error_set(&err, 0, "start: fork is not supported by this xmprun yet; use start: exec");
-        goto setup_failed;
-    }
     /* Likewise a filter the user asked for by name must not silently not be there. The
      * default profile is not built yet either; that is said in the README, not on every run. */
     if (spec->seccomp == XMP_SECCOMP_STRICT || spec->seccomp == XMP_SECCOMP_PROFILE) {
@@ -391,7 +441,12 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
     if (spec->timeout_ms > 0)
         sv.deadline_ns = sv.report.started_mono_ns + spec->timeout_ms * 1000000;
 
+    if (sv.fork_mode && xmp_zygote_start(&sv, &err) < 0)
+        goto setup_failed;
     run_job(&sv);
+    if (sv.fork_mode)
+        xmp_group_end_zygote(&sv, !group_failed(&sv) && sv.report.interrupt_signal == 0 &&
+                                      !sv.report.timed_out && !sv.report.zygote_failed);
     goto done;
 
 setup_failed:
@@ -402,7 +457,7 @@ done:
     destroy_cgroups(&sv);
     /* Destroying the cgroups killed what was left; those were xmprun's children (it is their
      * subreaper), so reap them rather than leave zombies. */
-    xmp_group_kill_orphans();
+    xmp_group_kill_orphans(0);
     if (sv.state_written)
         xmp_state_remove(sv.state_dir, sv.plan.cgroup_name);
     restore_signals(&sv);
