@@ -91,6 +91,11 @@ Test(fork, workers_share_the_preload_and_gather, .timeout = 300)
     cr_assert_str_eq(text, "preload\n");
     free(text);
     free(count);
+    /* Pure v2: the zygote's and the job's memory.min protect the shared pages. */
+    if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0) {
+        cr_assert_not_null(strstr(e.r.out, "zygote memory.min=1073741824"), "%s", e.r.out);
+        cr_assert_not_null(strstr(e.r.out, "zygote ../memory.min=1073741824"), "%s", e.r.out);
+    }
     assert_zygote_gone(&e);
     e2e_assert_clean(&e);
     e2e_fini(&e);
@@ -303,6 +308,22 @@ Test(fork, cuda_initialised_before_spawn_is_refused, .timeout = 120)
                  "the zygote exited with status 1 before it forked the workers: xmprun.spawn: "
                  "CUDA is already initialised in the zygote",
                  "CUDA is already initialised in the zygote");
+}
+
+/* The job's timeout covers the preload: the zygote is stopped, the outcome is a timeout. */
+Test(fork, a_timeout_during_the_preload_stops_the_zygote, .timeout = 120)
+{
+    struct e2e e;
+    need_python();
+    e2e_init(&e);
+    fork_spec(&e, "sleep --seconds 60", "workers: 2\ntimeout: 2s\non_failure: {grace: 2s}\n");
+    cr_assert_eq(e2e_run(&e, 100, NULL), 124, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_str_eq(e2e_str(e.rep, "outcome"), "timeout");
+    cr_assert_str_eq(e2e_str(json_object_get(e.rep, "zygote"), "state"), "timeout");
+    assert_zygote_gone(&e);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
 }
 
 /* A string command run by a shell that stays in between: clear words, nothing left behind. */

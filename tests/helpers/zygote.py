@@ -8,7 +8,7 @@ share:   preload --preload MiB (a torch tensor with --torch, else a bytearray), 
 serial:  every worker runs MpSerialExecutor.run(f) and writes when f started and ended to
          --out DIR/serial-<rank>.
 raise:   worker 1 raises ValueError.
-nospawn: exits --code without calling spawn.
+nospawn: exits --code without calling spawn.  sleep: sleeps --seconds before spawn.
 twice:   calls spawn twice.  nprocs: spawn(nprocs=--n).  nojoin: spawn(join=False).
 cuda:    a stand-in torch whose CUDA is initialised, then spawn.
 """
@@ -45,6 +45,13 @@ if MODE == "share":
     else:
         DATA = bytearray(b"\x01" * (mib << 20))
     print("preloaded %d MiB" % mib, flush=True)
+    # On pure cgroup v2, the protection xmprun gives the zygote's pages (memory.min).
+    own = open("/proc/self/cgroup").read()
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers") and own.startswith("0::"):
+        path = "/sys/fs/cgroup" + own[3:].strip()
+        for name in ("memory.min", "../memory.min"):
+            with open(os.path.join(path, name)) as f:
+                print("zygote %s=%s" % (name, f.read().strip()), flush=True)
 
     def work(index):
         if opt("torch"):
@@ -82,6 +89,9 @@ elif MODE == "raise":
         return index
 
     xmp.spawn(boom)
+elif MODE == "sleep":
+    time.sleep(float(opt("seconds", "60")))
+    xmp.spawn(noop)
 elif MODE == "nospawn":
     sys.exit(int(opt("code", "1")))
 elif MODE == "twice":
