@@ -23,8 +23,7 @@ work(int rank, void *arg)
         sum += preload[i];
     if (xmprun_serial_lock() < 0)
         fprintf(stderr, "serial lock: %s\n", xmprun_last_error());
-    printf("worker %d (RANK=%s): read %u MiB, sum %lu\n", rank, getenv("RANK"), PRELOAD >> 20,
-           sum);
+    printf("worker %d (RANK=%s): read %u MiB, sum %lu\n", rank, getenv("RANK"), PRELOAD >> 20, sum);
     fflush(stdout);
     xmprun_serial_unlock();
     return 0;

@@ -31,9 +31,9 @@ struct xmp_limits {
      * shared file pages are not reclaimed from the zygote under the job's own pressure and
      * charged again to the worker that faults them back in */
     int64_t memory_min;
-    int64_t swap;        /* bytes on top of memory: memory.swap.max / memsw = memory + swap */
-    int64_t cpus_milli;  /* cpu.max / cpu.cfs_quota_us over a 100 ms period */
-    int64_t pids;        /* pids.max */
+    int64_t swap;       /* bytes on top of memory: memory.swap.max / memsw = memory + swap */
+    int64_t cpus_milli; /* cpu.max / cpu.cfs_quota_us over a 100 ms period */
+    int64_t pids;       /* pids.max */
     bool has_cpus;
     cpu_set_t cpus; /* cpuset.cpus (mems are copied from the parent) */
 };

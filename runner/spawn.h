@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 struct xmp_spawn_args {
@@ -26,7 +27,8 @@ struct xmp_spawn_args {
     enum xmp_cgroup_mode mode;
     const sigset_t *sigmask; /* the mask xmprun started with, restored in the child; NULL (a
                               * forked worker): signals are left as the zygote had them */
-    const int *keep_fds;     /* passed on to the worker (the zygote's socket) */
+    const struct rlimit *inherited_nofile; /* NULL: keep xmprun's RLIMIT_NOFILE */
+    const int *keep_fds;                   /* passed on to the worker (the zygote's socket) */
     size_t n_keep_fds;
     bool close_fds; /* close every other fd from 3 up (no exec follows); else set CLOEXEC */
 };

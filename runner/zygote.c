@@ -194,6 +194,7 @@ xmp_zygote_start(struct xmp_supervisor *sv, struct xmp_error *err)
         .cg = zy->cg,
         .mode = sv->mode,
         .sigmask = &sv->old_mask,
+        .inherited_nofile = sv->have_inherited_nofile ? &sv->inherited_nofile : NULL,
         .keep_fds = keep,
         .n_keep_fds = 1,
     };
