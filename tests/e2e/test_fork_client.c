@@ -154,6 +154,44 @@ Test(fork, a_shell_between_xmprun_and_the_zygote_is_refused, .timeout = 120)
     e2e_fini(&e);
 }
 
+/* The serial lock works in exec mode too (xmprun puts the client on every worker's PYTHONPATH),
+ * and dies with its holder: worker 0 is SIGKILLed while it holds it, worker 1 then gets it. */
+Test(fork, serial_lock_in_exec_mode_is_released_when_its_holder_dies, .timeout = 300)
+{
+    struct e2e e;
+    need_python();
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: serial\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "on_failure: {action: continue}\n"
+                 "command:\n"
+                 "  - /usr/bin/python3\n"
+                 "  - -c\n"
+                 "  - |\n"
+                 "    import os, signal, time, xmprun\n"
+                 "    held = '%2$s/held'\n"
+                 "    if os.environ['RANK'] == '0':\n"
+                 "        with xmprun.serial():\n"
+                 "            open(held, 'w').close()\n"
+                 "            os.kill(os.getpid(), signal.SIGKILL)\n"
+                 "    while not os.path.exists(held):\n"
+                 "        time.sleep(0.05)\n"
+                 "    with xmprun.serial():\n"
+                 "        open('%2$s/got', 'w').close()\n");
+    cr_assert_eq(e2e_run(&e, 240, NULL), 137, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "signal"), "SIGKILL");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 1), "state"), "exited");
+    cr_assert_eq(json_integer_value(json_object_get(e2e_worker(&e, 1), "exit_code")), 0);
+    char *got = e2e_path(&e, "got");
+    cr_assert_eq(access(got, F_OK), 0, "worker 1 never got the lock");
+    free(got);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
 /* Outside xmprun, spawn says how to run it. */
 Test(fork, spawn_outside_xmprun_says_how_to_run_it, .timeout = 60)
 {
