@@ -368,8 +368,6 @@ try_reap_zygote(struct xmp_supervisor *sv)
     if (ret != 0 || si.si_pid == 0)
         return;
     xmp_zygote_finish(sv, &si);
-    if (sv->report.zygote_failed && !xmp_quiet(sv) && sv->opts->verbosity > 0)
-        fprintf(stderr, "xmprun: the zygote ended\n");
     /* Without its zygote the job cannot go on (nor restart): stop the workers. */
     if (sv->n_running > 0 && sv->stopping == XMP_STOP_NONE)
         stop_all(sv, XMP_STOP_FAILURE, SIGTERM);

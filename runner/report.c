@@ -573,8 +573,9 @@ xmp_report_print_summary(const struct xmp_report *r, FILE *out)
     if (r->n_workers > 0)
         fprintf(out, "  %4s  %-14s %-18s %5s %11s %9s\n", "rank", "device", "state", "exit",
                 "peak mem", "time");
-    for (size_t i = 0; i < r->n_workers; i++) {
-        const struct xmp_worker_report *w = &r->workers[i];
+    /* start: fork: the zygote first, its peak being the shared cost. */
+    for (size_t i = r->zygote != NULL ? 0 : 1; i <= r->n_workers; i++) {
+        const struct xmp_worker_report *w = i == 0 ? r->zygote : &r->workers[i - 1];
         char devs[128], exit_s[16], peak[32], t[32];
         int64_t secs = w->ended_at.tv_sec - w->started_at.tv_sec;
         int64_t nsecs = w->ended_at.tv_nsec - w->started_at.tv_nsec;
@@ -592,8 +593,12 @@ xmp_report_print_summary(const struct xmp_report *r, FILE *out)
         else
             snprintf(peak, sizeof(peak), "-");
         snprintf(t, sizeof(t), "%.1fs", wt > 0 ? wt : 0.0);
-        fprintf(out, "  %4d  %-14s %-18s %5s %11s %9s\n", w->rank, devs[0] ? devs : "-",
-                xmp_worker_state_name(w->state), exit_s, peak, t);
+        if (i == 0)
+            fprintf(out, "  %-20s %-18s %5s %11s %9s\n", "zygote (shared)",
+                    xmp_worker_state_name(w->state), exit_s, peak, t);
+        else
+            fprintf(out, "  %4d  %-14s %-18s %5s %11s %9s\n", w->rank, devs[0] ? devs : "-",
+                    xmp_worker_state_name(w->state), exit_s, peak, t);
     }
     if (r->cause != XMP_CAUSE_NONE)
         fprintf(out, "xmprun: root cause: %s\n", r->cause_message);
