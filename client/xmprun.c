@@ -186,9 +186,13 @@ xmprun_zygote_next(int *rank)
     mh.msg_iovlen = 1;
     mh.msg_control = cbuf;
     mh.msg_controllen = sizeof(cbuf);
-    do
-        n = recvmsg(z.sock, &mh, MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
+    n = recvmsg(z.sock, &mh, MSG_CMSG_CLOEXEC);
+    /* A signal (a ^C xmprun forwarded): the caller's runtime gets to act on it (Python raises
+     * KeyboardInterrupt) before it waits again. */
+    if (n < 0 && errno == EINTR) {
+        free(buf);
+        return 3;
+    }
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
             continue;
@@ -351,6 +355,8 @@ xmprun_spawn(int (*fn)(int rank, void *arg), void *arg)
         return -1;
     for (;;) {
         int r = xmprun_zygote_next(&rank);
+        if (r == 3)
+            continue;
         if (r != 1)
             return r == 2 ? 1 : r;
         pid_t pid = xmprun_zygote_fork();

@@ -34,7 +34,8 @@ int xmprun_zygote_open(void);
  * that the report's root cause says it; the caller then exits non-zero. */
 void xmprun_zygote_abort(const char *why);
 /* Waits for xmprun's next instruction: 1 a worker to fork (its rank in *rank), 0 the job is over
- * and succeeded, 2 it is over and failed, -1 an error. */
+ * and succeeded, 2 it is over and failed, 3 a signal interrupted the wait (call again), -1 an
+ * error. */
 int xmprun_zygote_next(int *rank);
 /* Forks the worker announced by xmprun_zygote_next. In the zygote returns the worker's pid (>0)
  * or -1; in the worker returns 0 once it is in its cgroups with its isolation, stdio and

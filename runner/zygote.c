@@ -446,7 +446,7 @@ xmp_zygote_finish(struct xmp_supervisor *sv, const siginfo_t *si)
             snprintf(rep->start_error, sizeof(rep->start_error), "%s", zy->spawned.child_err.msg);
     } else if (rep->signal == SIGKILL && rep->oom_kills > 0) {
         rep->state = XMP_WORKER_OOM_KILLED;
-    } else if (zy->stop_sent && !zy->done_sent) {
+    } else if (zy->stop_sent) {
         rep->state =
             sv->stopping == XMP_STOP_TIMEOUT ? XMP_WORKER_TIMEOUT : XMP_WORKER_STOPPED_BY_XMPRUN;
     } else if (rep->signal > 0) {

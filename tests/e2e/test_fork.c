@@ -152,3 +152,29 @@ Test(fork, a_timeout_during_the_preload_stops_the_zygote, .timeout = 120)
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
+
+/* A ^C to xmprun reaches the workers and the zygote (which is waiting in spawn()): all stop at
+ * once, the job is interrupted (130), and the zygote is reported as stopped by xmprun. */
+Test(fork, sigint_stops_the_workers_and_the_zygote, .timeout = 300)
+{
+    struct e2e e;
+    need_python();
+    e2e_init(&e);
+    char args[512];
+    snprintf(args, sizeof(args), "hold --out %s", e.dir);
+    fork_spec(&e, args, "workers: 2\n");
+    int status = e2e_sh(&e, 240,
+                        "\"$XMPRUN\" --report \"$REPORT\" \"$SPEC\" & pid=$!; i=0; "
+                        "while { [ ! -e \"$DIR/running-0\" ] || [ ! -e \"$DIR/running-1\" ]; } && "
+                        "[ $i -lt 2000 ]; do sleep 0.05; i=$((i+1)); done; kill -INT $pid; "
+                        "wait $pid");
+    cr_assert_eq(status, 130, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_str_eq(e2e_str(e.rep, "outcome"), "interrupted");
+    cr_assert_str_eq(e2e_str(json_object_get(e.rep, "zygote"), "state"), "stopped_by_xmprun");
+    for (size_t i = 0; i < 2; i++)
+        cr_assert_str_eq(e2e_str(e2e_worker(&e, i), "state"), "stopped_by_xmprun");
+    assert_zygote_gone(&e);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}

@@ -9,6 +9,7 @@ serial:  every worker runs MpSerialExecutor.run(f) and writes when f started and
          --out DIR/serial-<rank>.
 raise:   worker 1 raises ValueError.
 nospawn: exits --code without calling spawn.  sleep: sleeps --seconds before spawn.
+hold:    every worker writes --out DIR/running-<rank>, then sleeps.
 twice:   calls spawn twice.  nprocs: spawn(nprocs=--n).  nojoin: spawn(join=False).
 cuda:    a stand-in torch whose CUDA is initialised, then spawn.
 """
@@ -89,6 +90,13 @@ elif MODE == "raise":
         return index
 
     xmp.spawn(boom)
+elif MODE == "hold":
+
+    def hold(index):
+        open(os.path.join(opt("out"), "running-%d" % index), "w").close()
+        time.sleep(60)
+
+    xmp.spawn(hold)
 elif MODE == "sleep":
     time.sleep(float(opt("seconds", "60")))
     xmp.spawn(noop)

@@ -217,6 +217,8 @@ def _spawn(fn, args, nprocs, join, start_method, gather):
                     print("xmprun: " + _error(lib), file=sys.stderr)
             elif r == 0:
                 break
+            elif r == 3:
+                continue  # a signal: its Python handler runs here (^C: KeyboardInterrupt)
             elif r == 2:
                 raise RuntimeError("xmprun.spawn: the job failed; xmprun's report says why")
             else:
