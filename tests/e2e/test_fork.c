@@ -21,8 +21,8 @@ Test(fork, workers_share_the_preload_and_gather, .timeout = 300)
     cr_assert_eq(e2e_run(&e, 240, NULL), 0, "stderr:\n%s\nstdout:\n%s", e.r.err, e.r.out);
     e2e_load_report(&e);
     /* 512 MiB of ones, as float32: 2^27 per worker. */
-    cr_assert_not_null(strstr(e.r.out, "gathered [[0, 134217728], [1, 134217728], [2, 134217728], "
-                                       "[3, 134217728]]"),
+    cr_assert_not_null(strstr(e.r.out, "gathered [[0, 134217728, 1], [1, 134217728, 1], "
+                                       "[2, 134217728, 1], [3, 134217728, 1]]"),
                        "%s", e.r.out);
     for (size_t i = 0; i < 4; i++) {
         json_t *w = e2e_worker(&e, i);
@@ -131,7 +131,8 @@ Test(fork, restarts_refork_without_preloading_again, .timeout = 300)
     cr_assert_str_eq(text, "preload\n", "the preload ran again: %s", text);
     free(text);
     free(count);
-    cr_assert_not_null(strstr(e.r.out, "gathered [[0, 67108864], [1, 67108864]]"), "%s", e.r.out);
+    cr_assert_not_null(strstr(e.r.out, "gathered [[0, 67108864, 1], [1, 67108864, 1]]"), "%s",
+                       e.r.out);
     assert_zygote_gone(&e);
     e2e_assert_clean(&e);
     e2e_fini(&e);

@@ -3,7 +3,8 @@ exec mode. Run by /usr/bin/python3 as a job's command: zygote.py MODE [--key val
 
 share:   preload --preload MiB (a torch tensor with --torch, else a bytearray), counting each
          preload in --count FILE; every worker reads all of it, rank --alloc-rank allocates
-         --alloc MiB of private memory, rank --fail-rank exits 3 in restart --fail-restart;
+         --alloc MiB of private memory, rank --fail-rank exits 3 in restart --fail-restart
+         (each result: rank, sum, fds open beyond stdio);
          spawn(gather=True) and print the results as JSON.
 serial:  every worker runs MpSerialExecutor.run(f) and writes when f started and ended to
          --out DIR/serial-<rank>.
@@ -65,7 +66,9 @@ if MODE == "share":
             total += len(private) - len(private)
         if rank == opt("fail-rank") and os.environ["XMPRUN_RESTART_COUNT"] == opt("fail-restart"):
             sys.exit(3)
-        return [index, total]
+        # What the worker kept open beyond its stdio (listdir's own fd is the one expected):
+        # a sibling's pipe end kept here would hang the run.
+        return [index, total, len(os.listdir("/proc/self/fd")) - 3]
 
     print("gathered " + json.dumps(xmp.spawn(work, gather=True)), flush=True)
 elif MODE == "serial":
