@@ -430,6 +430,7 @@ cleanup(struct xmp_supervisor *sv)
         close(sv->stdin_fd);
     for (int i = 0; i < 2; i++)
         xmp_console_free(&sv->consoles[i]);
+    xmp_status_free(&sv->status);
     if (sv->have_plan)
         xmp_plan_free(&sv->plan);
     if (sv->have_host)
@@ -448,6 +449,7 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
         .sigfd = -1,
         .timerfd = -1,
         .stdin_fd = -1,
+        .status = {.fd = -1, .timerfd = -1},
         .fork_mode = spec->start == XMP_START_FORK,
         .zy = {.sock = -1, .pidfd = -1, .spawned = {.pidfd = -1, .status_fd = -1, .gate_fd = -1}},
     };

@@ -99,7 +99,7 @@ xmp_zygote_find_client(struct xmp_supervisor *sv)
     const char *slash;
 
     /* An xmprun run from its build tree uses the client beside it and the Python package in
-     * the source tree; an installed one the copies under <libdir>/xmprun. */
+     * the source tree; an installed one the installed copies. */
     exe[n > 0 ? n : 0] = '\0';
     slash = strrchr(XMP_CLIENT_BUILD_LIB, '/');
     snprintf(lib_dir, sizeof(lib_dir), "%.*s", (int)(slash - XMP_CLIENT_BUILD_LIB),
@@ -110,8 +110,8 @@ xmp_zygote_find_client(struct xmp_supervisor *sv)
         snprintf(sv->client_python, sizeof(sv->client_python), "%s", XMP_CLIENT_BUILD_PYTHON);
         snprintf(sv->client_lib, sizeof(sv->client_lib), "%s", XMP_CLIENT_BUILD_LIB);
     } else {
-        snprintf(sv->client_python, sizeof(sv->client_python), "%s/python", XMP_CLIENT_INSTALL_DIR);
-        snprintf(sv->client_lib, sizeof(sv->client_lib), "%s/libxmprun.so", XMP_CLIENT_INSTALL_DIR);
+        snprintf(sv->client_python, sizeof(sv->client_python), "%s", XMP_CLIENT_INSTALL_PYTHON);
+        snprintf(sv->client_lib, sizeof(sv->client_lib), "%s", XMP_CLIENT_INSTALL_LIB);
     }
 }
 
