@@ -27,9 +27,13 @@ const char *xmp_cgroup_mode_name(enum xmp_cgroup_mode mode);
 struct xmp_limits {
     int64_t memory;      /* bytes: memory.max / memory.limit_in_bytes */
     int64_t memory_high; /* bytes: memory.high / memory.soft_limit_in_bytes */
-    int64_t swap;        /* bytes on top of memory: memory.swap.max / memsw = memory + swap */
-    int64_t cpus_milli;  /* cpu.max / cpu.cfs_quota_us over a 100 ms period */
-    int64_t pids;        /* pids.max */
+    /* bytes: memory.min (v2 only; v1 has no protection): start: fork's zygote and job, so that
+     * shared file pages are not reclaimed from the zygote under the job's own pressure and
+     * charged again to the worker that faults them back in */
+    int64_t memory_min;
+    int64_t swap;       /* bytes on top of memory: memory.swap.max / memsw = memory + swap */
+    int64_t cpus_milli; /* cpu.max / cpu.cfs_quota_us over a 100 ms period */
+    int64_t pids;       /* pids.max */
     bool has_cpus;
     cpu_set_t cpus; /* cpuset.cpus (mems are copied from the parent) */
 };

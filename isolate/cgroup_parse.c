@@ -33,6 +33,7 @@ xmp_limits_init(struct xmp_limits *limits)
     memset(limits, 0, sizeof(*limits));
     limits->memory = -1;
     limits->memory_high = -1;
+    limits->memory_min = -1;
     limits->swap = -1;
     limits->cpus_milli = -1;
     limits->pids = -1;

@@ -237,6 +237,8 @@ v2_values(struct xmp_cgroup *cg, const struct xmp_limits *l, struct xmp_cg_value
     if (l->memory_high >= 0 &&
         xmp_cg_values_add_int(vals, u, "memory.high", l->memory_high, err) < 0)
         return -1;
+    if (l->memory_min >= 0 && xmp_cg_values_add_int(vals, u, "memory.min", l->memory_min, err) < 0)
+        return -1;
     /* Without swap accounting (or swap) there is no memory.swap.max, and nothing to limit. A
      * job does not know yet (see v2_create). */
     if (l->swap >= 0 && cg->parent != NULL && lay->caps.swap_max &&

@@ -182,10 +182,27 @@ signal_worker(struct xmp_worker *w, int sig)
         xmp_cgroup_signal(w->cg, sig, &err);
 }
 
+/* The zygote is stopped with the job (interrupt, timeout, the end of a failed job), not when a
+ * worker fails: the next restart forks from it. */
+static void
+signal_zygote(struct xmp_supervisor *sv, int sig)
+{
+    struct xmp_zygote *zy = &sv->zy;
+
+    if (!zy->running || zy->pid <= 0)
+        return;
+    zy->stop_sent = true;
+    kill(-zy->pid, sig);
+    kill(zy->pid, sig);
+}
+
 static void
 kill_all_now(struct xmp_supervisor *sv)
 {
     struct xmp_error err = {0};
+
+    if (sv->zy.stop_sent)
+        signal_zygote(sv, SIGKILL);
 
     for (size_t i = 0; i < sv->n_workers; i++) {
         struct xmp_worker *w = &sv->workers[i];
@@ -206,6 +223,8 @@ stop_all(struct xmp_supervisor *sv, enum xmp_stop_reason reason, int sig)
 {
     if (sv->stopping == XMP_STOP_NONE)
         sv->stopping = reason;
+    if (reason != XMP_STOP_FAILURE)
+        signal_zygote(sv, sig);
     for (size_t i = 0; i < sv->n_workers; i++) {
         struct xmp_worker *w = &sv->workers[i];
         if (!w->running)
@@ -299,6 +318,8 @@ on_interrupt(struct xmp_supervisor *sv, int sig)
     for (size_t i = 0; i < sv->n_workers; i++)
         if (sv->workers[i].running && sv->workers[i].pid > 0)
             kill(-sv->workers[i].pid, sig);
+    if (sv->zy.running && sv->zy.pid > 0)
+        kill(-sv->zy.pid, sig);
     if (sv->report.interrupt_signal != 0) {
         /* A second ^C means "now". */
         kill_all_now(sv);
@@ -306,6 +327,8 @@ on_interrupt(struct xmp_supervisor *sv, int sig)
     }
     sv->report.interrupt_signal = sig;
     sv->report.interrupt_mono_ns = now;
+    if (sv->zy.running)
+        sv->zy.stop_sent = true;
     for (size_t i = 0; i < sv->n_workers; i++) {
         struct xmp_worker *w = &sv->workers[i];
         if (w->running)
@@ -489,6 +512,30 @@ try_reap(struct xmp_supervisor *sv, struct xmp_worker *w)
         finish_worker(sv, w, &si);
 }
 
+static void
+try_reap_zygote(struct xmp_supervisor *sv)
+{
+    struct xmp_zygote *zy = &sv->zy;
+    siginfo_t si;
+    int ret;
+
+    if (!zy->running)
+        return;
+    memset(&si, 0, sizeof(si));
+    do {
+        if (zy->pidfd >= 0)
+            ret = waitid((idtype_t)P_PIDFD, (id_t)zy->pidfd, &si, WEXITED | WNOHANG);
+        else
+            ret = waitid(P_PID, (id_t)zy->pid, &si, WEXITED | WNOHANG);
+    } while (ret < 0 && errno == EINTR);
+    if (ret != 0 || si.si_pid == 0)
+        return;
+    xmp_zygote_finish(sv, &si);
+    /* Without its zygote the job cannot go on (nor restart): stop the workers. */
+    if (sv->n_running > 0 && sv->stopping == XMP_STOP_NONE)
+        stop_all(sv, XMP_STOP_FAILURE, SIGTERM);
+}
+
 /* On SIGCHLD: reap workers, then every other child. As a subreaper (and as PID 1) xmprun
  * inherits orphaned grandchildren; peeking with WNOWAIT first keeps a worker's status from being
  * swallowed by the catch-all reap. */
@@ -497,6 +544,7 @@ reap_children(struct xmp_supervisor *sv)
 {
     for (size_t i = 0; i < sv->n_workers; i++)
         try_reap(sv, &sv->workers[i]);
+    try_reap_zygote(sv);
     for (;;) {
         siginfo_t si;
         bool worker = false;
@@ -513,6 +561,12 @@ reap_children(struct xmp_supervisor *sv)
                 if (w->running)
                     return;
             }
+        }
+        if (sv->zy.running && si.si_pid == sv->zy.pid) {
+            try_reap_zygote(sv);
+            if (sv->zy.running)
+                return;
+            continue;
         }
         if (!worker && waitpid(si.si_pid, NULL, WNOHANG) <= 0)
             return;
@@ -538,6 +592,8 @@ on_signal(struct xmp_supervisor *sv)
         for (size_t i = 0; i < sv->n_workers; i++)
             if (sv->workers[i].running && sv->workers[i].pid > 0)
                 kill(-sv->workers[i].pid, sig);
+        if (sv->zy.running && sv->zy.pid > 0)
+            kill(-sv->zy.pid, sig);
     }
 }
 
@@ -613,6 +669,7 @@ worker_environ(struct xmp_supervisor *sv, const struct xmp_plan_worker *pw)
 
     for (size_t i = 0; i < sv->spec->env_len; i++)
         spec_sets |= strcmp(sv->spec->env[i].name, "TORCHELASTIC_RESTART_COUNT") == 0;
+    env = xmp_zygote_client_env(sv, env);
     env = environ_put(env, "XMPRUN_RESTART_COUNT", sv->restart);
     if (!spec_sets)
         env = environ_put(env, "TORCHELASTIC_RESTART_COUNT", sv->restart);
@@ -701,7 +758,8 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
         .sigmask = &sv->old_mask,
         .inherited_nofile = sv->have_inherited_nofile ? &sv->inherited_nofile : NULL,
     };
-    if (xmp_spawn(&args, &sp, &err) < 0)
+    if ((sv->fork_mode ? xmp_zygote_fork_worker(sv, &args, w, &sp, &err)
+                       : xmp_spawn(&args, &sp, &err)) < 0)
         goto fail;
     close(po[1]);
     close(pe[1]);
@@ -748,7 +806,7 @@ start_worker(struct xmp_supervisor *sv, struct xmp_worker *w)
  * whose parents exited, including those that left their process group with setsid(). Waits
  * (bounded) until they are reaped, so that none is left as a zombie for init to collect. */
 void
-xmp_group_kill_orphans(void)
+xmp_group_kill_orphans(pid_t keep)
 {
     pid_t self = getpid();
     int64_t give_up = xmp_now_ns() + 2000000000LL;
@@ -774,7 +832,7 @@ xmp_group_kill_orphans(void)
             long pid = strtol(p, &end, 10);
             if (end == p)
                 break;
-            if (pid > 1) {
+            if (pid > 1 && pid != keep) {
                 kill((pid_t)pid, SIGKILL);
                 any = true;
             }
@@ -782,8 +840,10 @@ xmp_group_kill_orphans(void)
         }
         for (;;) {
             memset(&si, 0, sizeof(si));
-            if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG) < 0 || si.si_pid == 0)
+            if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0 ||
+                si.si_pid == keep)
                 break;
+            waitpid(si.si_pid, NULL, WNOHANG);
         }
         if (!any || xmp_now_ns() > give_up)
             return;
@@ -832,6 +892,12 @@ dispatch(struct xmp_supervisor *sv, const struct epoll_event *ev)
         return; /* written in service_consoles after the batch */
     case XMP_EV_EXEC:
         read_exec_status(sv, &sv->workers[index], false);
+        return;
+    case XMP_EV_ZYGOTE:
+        try_reap_zygote(sv);
+        return;
+    case XMP_EV_ZSOCK:
+        xmp_zygote_on_message(sv);
         return;
     case XMP_EV_STATUS:
         xmp_status_tick(&sv->status);
@@ -905,13 +971,84 @@ write_state(struct xmp_supervisor *sv)
     }
 }
 
+/* Runs the event loop while more(sv) holds. */
+static void
+loop_while(struct xmp_supervisor *sv, bool (*more)(const struct xmp_supervisor *sv))
+{
+    struct epoll_event evs[64];
+
+    while (more(sv)) {
+        int n = epoll_wait(sv->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), -1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            /* Cannot wait any more: stop everything rather than leave workers unsupervised. */
+            sv->zy.stop_sent = sv->zy.running;
+            kill_all_now(sv);
+            for (size_t i = 0; i < sv->n_workers; i++) {
+                struct xmp_worker *w = &sv->workers[i];
+                siginfo_t si = {0};
+                if (w->running && waitid(P_PID, (id_t)w->pid, &si, WEXITED) == 0)
+                    finish_worker(sv, w, &si);
+            }
+            if (sv->zy.running) {
+                siginfo_t si = {0};
+                if (waitid(P_PID, (id_t)sv->zy.pid, &si, WEXITED) == 0)
+                    xmp_zygote_finish(sv, &si);
+            }
+            break;
+        }
+        for (int i = 0; i < n; i++)
+            dispatch(sv, &evs[i]);
+        service_consoles(sv);
+        service_status(sv);
+    }
+}
+
+static bool
+workers_running(const struct xmp_supervisor *sv)
+{
+    return sv->n_running > 0;
+}
+
+static bool
+zygote_preloading(const struct xmp_supervisor *sv)
+{
+    return sv->zy.running && !sv->zy.ready;
+}
+
+static bool
+zygote_running(const struct xmp_supervisor *sv)
+{
+    return sv->zy.running;
+}
+
+/* start: fork: the workers of a run the zygote did not live to fork never existed. */
+static void
+mark_not_forked(struct xmp_supervisor *sv)
+{
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker_report *rep = sv->workers[i].rep;
+        rep->state = XMP_WORKER_STOPPED_BY_XMPRUN;
+        xmp_now_real(&rep->ended_at);
+        rep->ended_mono_ns = xmp_now_ns();
+    }
+}
+
 /* One run of the whole group, until every worker is reaped. */
 void
 xmp_group_run(struct xmp_supervisor *sv)
 {
-    struct epoll_event evs[64];
-
     prepare_run(sv);
+    if (sv->fork_mode) {
+        /* The zygote preloads (as long as it takes, within the job's timeout) and says when it
+         * is ready to fork; a restart finds it ready. */
+        loop_while(sv, zygote_preloading);
+        if (!sv->zy.running || !sv->zy.ready || sv->stopping != XMP_STOP_NONE) {
+            mark_not_forked(sv);
+            return;
+        }
+    }
     /* Create every worker first and only then put them into their cgroups and let them exec:
      * see xmp_spawn for why the forks and the cgroup joins are kept apart. */
     for (size_t i = 0; i < sv->n_workers; i++)
@@ -924,26 +1061,7 @@ xmp_group_run(struct xmp_supervisor *sv)
             on_worker_failure(sv);
     xmp_status_arm(&sv->status, true);
 
-    while (sv->n_running > 0) {
-        int n = epoll_wait(sv->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), -1);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            /* Cannot wait any more: stop everything rather than leave workers unsupervised. */
-            kill_all_now(sv);
-            for (size_t i = 0; i < sv->n_workers; i++) {
-                struct xmp_worker *w = &sv->workers[i];
-                siginfo_t si = {0};
-                if (w->running && waitid(P_PID, (id_t)w->pid, &si, WEXITED) == 0)
-                    finish_worker(sv, w, &si);
-            }
-            break;
-        }
-        for (int i = 0; i < n; i++)
-            dispatch(sv, &evs[i]);
-        service_consoles(sv);
-        service_status(sv);
-    }
+    loop_while(sv, workers_running);
     /* The summary and xmprun's messages come next, on a clean line. */
     xmp_status_arm(&sv->status, false);
     sv->status.due = false;
@@ -959,8 +1077,29 @@ xmp_group_run(struct xmp_supervisor *sv)
         if (w->cg != NULL && !xmp_cgroup_is_empty(w->cg))
             xmp_cgroup_kill(w->cg, &err);
     }
-    xmp_group_kill_orphans();
+    try_reap_zygote(sv);
+    xmp_group_kill_orphans(sv->zy.running ? sv->zy.pid : 0);
     for (size_t i = 0; i < sv->n_workers; i++)
         drain_streams(sv, &sv->workers[i]);
     service_consoles(sv);
+}
+
+void
+xmp_group_end_zygote(struct xmp_supervisor *sv, bool ok)
+{
+    struct xmp_zygote *zy = &sv->zy;
+
+    if (!zy->running)
+        return;
+    xmp_zygote_send_done(sv, ok);
+    /* After a failure, or when the job is being stopped, the zygote gets the grace period to
+     * exit (spawn() raises in it); after success it finishes its own work, within the job's
+     * timeout. */
+    if (!ok || sv->stopping != XMP_STOP_NONE) {
+        zy->stop_sent = true;
+        if (sv->kill_at_ns == 0)
+            sv->kill_at_ns = xmp_now_ns() + sv->spec->grace_ms * 1000000;
+        arm_timer(sv);
+    }
+    loop_while(sv, zygote_running);
 }

@@ -26,6 +26,8 @@ enum xmp_ev_kind {
     XMP_EV_STDERR,
     XMP_EV_CONSOLE, /* index 0: xmprun's stdout, 1: its stderr, writable again */
     XMP_EV_EXEC,    /* a worker's exec-status pipe */
+    XMP_EV_ZYGOTE,  /* the zygote's pidfd (start: fork) */
+    XMP_EV_ZSOCK,   /* the zygote's socket, until it says it is ready */
     XMP_EV_STATUS,  /* the status line's 1 s timer */
 };
 
@@ -51,6 +53,26 @@ struct xmp_worker {
     struct xmp_stream err;
     struct xmp_tail tail;
     struct xmp_worker_report *rep;
+};
+
+/* start: fork: the process that runs `command` once, preloads, and forks the workers
+ * (runner/zygote.c). It lives across restarts. */
+struct xmp_zygote {
+    struct xmp_cgroup *cg;
+    char **environ;
+    char *path;
+    int sock; /* xmprun's end of the socketpair; -1 when none */
+    pid_t pid;
+    int pidfd;
+    struct xmp_spawned spawned;
+    bool running;
+    bool ready;     /* it said HELLO: it preloaded and called spawn() */
+    bool forked;    /* it forked at least one worker */
+    bool done_sent; /* it was told that the job is over */
+    bool done_ok;
+    bool stop_sent; /* xmprun is stopping it */
+    int64_t kill_at_ns;
+    struct xmp_worker_report rep;
 };
 
 struct xmp_supervisor {
@@ -90,6 +112,11 @@ struct xmp_supervisor {
     struct sigaction old_chld;
     struct sigaction old_pipe;
     struct xmp_report report;
+    bool fork_mode;
+    struct xmp_zygote zy;
+    char client_python[512]; /* the Python client's directory (PYTHONPATH) */
+    char client_lib[512];    /* libxmprun.so */
+    char *serial_lock;       /* the job's serial lock file, or NULL */
 };
 
 static inline int64_t
@@ -122,7 +149,32 @@ void xmp_group_run(struct xmp_supervisor *sv);
 /* Handles the signals that arrived while no worker ran (between a run and a restart). */
 void xmp_group_take_signals(struct xmp_supervisor *sv);
 
-/* Kills and reaps every remaining child of xmprun (bounded wait). */
-void xmp_group_kill_orphans(void);
+/* Kills and reaps every remaining child of xmprun (bounded wait) but keep (0: none), the
+ * zygote that outlives a run. */
+void xmp_group_kill_orphans(pid_t keep);
+
+/* start: fork, after the last run: tells the zygote the job is over (ok: it succeeded) and
+ * supervises it until it exits. */
+void xmp_group_end_zygote(struct xmp_supervisor *sv, bool ok);
+
+/* runner/zygote.c */
+
+/* Starts `command` as the zygote in its cgroup, with its socket, and watches it. */
+int xmp_zygote_start(struct xmp_supervisor *sv, struct xmp_error *err);
+/* Has the zygote fork one worker: sends what the child needs, waits for its pid. Fills out as
+ * xmp_spawn does; the worker then waits at its start gate for xmp_spawn_start. */
+int xmp_zygote_fork_worker(struct xmp_supervisor *sv, const struct xmp_spawn_args *args,
+                           const struct xmp_worker *w, struct xmp_spawned *out,
+                           struct xmp_error *err);
+/* Reads what the zygote sent (HELLO) when its socket is readable. */
+void xmp_zygote_on_message(struct xmp_supervisor *sv);
+/* Takes the zygote's exit status (siginfo from waitid) into sv->zy.rep. */
+void xmp_zygote_finish(struct xmp_supervisor *sv, const siginfo_t *si);
+/* Sends DONE. */
+void xmp_zygote_send_done(struct xmp_supervisor *sv, bool ok);
+/* The client's paths (sv->client_python, sv->client_lib) and the environment additions every
+ * worker gets (PYTHONPATH, XMPRUN_CLIENT_LIB, XMPRUN_SERIAL_LOCK); env is replaced. */
+char **xmp_zygote_client_env(struct xmp_supervisor *sv, char **env);
+void xmp_zygote_find_client(struct xmp_supervisor *sv);
 
 #endif

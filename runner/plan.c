@@ -433,10 +433,7 @@ make_job_id(pid_t pid, char **out, struct xmp_error *err)
 static void
 limits_unlimited(struct xmp_limits *l)
 {
-    memset(l, 0, sizeof(*l));
-    l->memory = l->memory_high = l->swap = l->cpus_milli = l->pids = -1;
-    l->has_cpus = false;
-    CPU_ZERO(&l->cpus);
+    xmp_limits_init(l);
 }
 
 static char **

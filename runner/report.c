@@ -181,7 +181,8 @@ describe_oom_limit(const struct xmp_worker_report *w, char *at, size_t size, cha
             snprintf(after, after_size, "; the job's limit is %s", own);
         }
     } else if (strcmp(who, "worker") == 0) {
-        snprintf(at, size, " at its %s memory limit", limit);
+        snprintf(at, size, " at its %s memory limit%s", limit,
+                 w->rank < 0 ? " (resources.shared.memory)" : "");
     } else if (strcmp(who, "job") == 0) {
         snprintf(at, size, " at the job's %s memory limit", limit);
     } else {
@@ -212,13 +213,13 @@ peer_loss(const struct xmp_worker_report *w, char *addr, size_t size)
     return xmp_peer_find(w->stderr_tail, w->n_tail, addr, size);
 }
 
-void
-xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
+/* How w ended, in words, for who ("worker 3 (cuda:3)", "the zygote"). */
+static void
+describe(const struct xmp_worker_report *w, const char *who, char *buf, size_t size)
 {
-    char who[160], sig[32], peak[32], at_limit[640], after[64], oom_note[768], notes[1024];
+    char sig[32], peak[32], at_limit[640], after[64], oom_note[768], notes[1024];
     const char *descr;
 
-    worker_who(w, who, sizeof(who));
     describe_oom_limit(w, at_limit, sizeof(at_limit), after, sizeof(after));
     /* A worker that fails after the OOM killer took one of its children (a data-loader
      * process, say) did not die of the OOM kill itself, but that is what the user must know. */
@@ -281,6 +282,40 @@ xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
     }
 }
 
+void
+xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
+{
+    char who[160];
+
+    worker_who(w, who, sizeof(who));
+    describe(w, who, buf, size);
+}
+
+/* "the zygote exited with status 1 before it forked the workers: ...". */
+static void
+describe_zygote(const struct xmp_report *r, char *buf, size_t size)
+{
+    const struct xmp_worker_report *z = r->zygote;
+    size_t len;
+
+    describe(z, "the zygote", buf, size);
+    len = strlen(buf);
+    if (z->state == XMP_WORKER_FAILED_TO_START)
+        return;
+    if (r->zygote_before_fork && z->start_error[0] != '\0')
+        snprintf(buf + len, size - len, " before it forked the workers: %s", z->start_error);
+    else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED)
+        snprintf(buf + len, size - len,
+                 " before it forked the workers: in start: fork the command must call "
+                 "xmprun.spawn()");
+    else if (r->zygote_before_fork)
+        snprintf(buf + len, size - len, " before it forked the workers");
+    else if (r->zygote_after_done)
+        snprintf(buf + len, size - len, " after its workers finished");
+    else
+        snprintf(buf + len, size - len, " while its workers ran");
+}
+
 int
 xmp_worker_exit_status(const struct xmp_worker_report *w)
 {
@@ -340,6 +375,10 @@ xmp_report_finish(struct xmp_report *r)
             kind = XMP_CAUSE_WORKER;
         }
     }
+    if (r->zygote != NULL && r->zygote_failed && r->zygote->ended_mono_ns < best) {
+        best = r->zygote->ended_mono_ns;
+        kind = XMP_CAUSE_ZYGOTE;
+    }
     if (r->timed_out && r->timeout_mono_ns < best) {
         best = r->timeout_mono_ns;
         kind = XMP_CAUSE_TIMEOUT;
@@ -373,6 +412,16 @@ xmp_report_finish(struct xmp_report *r)
             xmp_peer_describe(p, addr, r->nnodes > 1, what, sizeof(what));
             snprintf(r->cause_message, sizeof(r->cause_message), "%s %s", who, what);
         }
+        return;
+    case XMP_CAUSE_ZYGOTE:
+        r->outcome = XMP_OUTCOME_FAILED;
+        r->exit_code = xmp_worker_exit_status(r->zygote);
+        /* Exiting 0 without forking is still a failure: the job did not run. */
+        if (r->exit_code == 0)
+            r->exit_code = 1;
+        snprintf(r->cause_reason, sizeof(r->cause_reason), "zygote_%s",
+                 xmp_worker_state_name(r->zygote->state));
+        describe_zygote(r, r->cause_message, sizeof(r->cause_message));
         return;
     case XMP_CAUSE_TIMEOUT:
         r->outcome = XMP_OUTCOME_TIMEOUT;
@@ -590,6 +639,19 @@ xmp_report_to_json(const struct xmp_report *r)
     json_object_set_new(o, "restarts", json_integer(r->restarts));
     json_object_set_new(o, "attempts", attempts);
     json_object_set_new(o, "workers", workers);
+    if (r->zygote != NULL) {
+        const struct xmp_worker_report *z = r->zygote;
+        char sig[32];
+        xmp_signal_name(z->signal, sig, sizeof(sig));
+        json_object_set_new(
+            o, "zygote",
+            json_pack("{s:o, s:s, s:o, s:o, s:{s:o, s:o, s:o}}", "pid",
+                      z->pid > 0 ? json_integer(z->pid) : json_null(), "state",
+                      xmp_worker_state_name(z->state), "exit_code", int_or_null(z->exit_code),
+                      "signal", z->signal > 0 ? json_string(sig) : json_null(), "memory",
+                      "limit_bytes", int_or_null(z->memory_limit), "peak_bytes",
+                      int_or_null(z->memory_peak), "oom_kills", int_or_null(z->oom_kills)));
+    }
     return o;
 }
 
@@ -622,8 +684,9 @@ xmp_report_print_summary(const struct xmp_report *r, FILE *out)
     if (r->n_workers > 0)
         fprintf(out, "  %4s  %-14s %-18s %5s %11s %9s\n", "rank", "device", "state", "exit",
                 "peak mem", "time");
-    for (size_t i = 0; i < r->n_workers; i++) {
-        const struct xmp_worker_report *w = &r->workers[i];
+    /* start: fork: the zygote first, its peak being the shared cost. */
+    for (size_t i = r->zygote != NULL ? 0 : 1; i <= r->n_workers; i++) {
+        const struct xmp_worker_report *w = i == 0 ? r->zygote : &r->workers[i - 1];
         char devs[128], exit_s[16], peak[32], t[32];
         int64_t secs = w->ended_at.tv_sec - w->started_at.tv_sec;
         int64_t nsecs = w->ended_at.tv_nsec - w->started_at.tv_nsec;
@@ -641,8 +704,12 @@ xmp_report_print_summary(const struct xmp_report *r, FILE *out)
         else
             snprintf(peak, sizeof(peak), "-");
         snprintf(t, sizeof(t), "%.1fs", wt > 0 ? wt : 0.0);
-        fprintf(out, "  %4d  %-14s %-18s %5s %11s %9s\n", w->rank, devs[0] ? devs : "-",
-                xmp_worker_state_name(w->state), exit_s, peak, t);
+        if (i == 0)
+            fprintf(out, "  %-20s %-18s %5s %11s %9s\n", "zygote (shared)",
+                    xmp_worker_state_name(w->state), exit_s, peak, t);
+        else
+            fprintf(out, "  %4d  %-14s %-18s %5s %11s %9s\n", w->rank, devs[0] ? devs : "-",
+                    xmp_worker_state_name(w->state), exit_s, peak, t);
     }
     if (r->cause != XMP_CAUSE_NONE)
         fprintf(out, "xmprun: root cause: %s\n", r->cause_message);

@@ -38,6 +38,7 @@ enum xmp_cause_kind {
     XMP_CAUSE_TIMEOUT,
     XMP_CAUSE_INTERRUPTED,
     XMP_CAUSE_SETUP,
+    XMP_CAUSE_ZYGOTE, /* start: fork: the zygote died or exited on its own */
 };
 
 struct xmp_worker_report {
@@ -130,6 +131,12 @@ struct xmp_report {
     size_t n_attempts;
     struct xmp_worker_report *workers; /* the last run's workers */
     size_t n_workers;
+    /* start: fork: the zygote (rank -1, borrowed; NULL in exec mode), and whether its end
+     * failed the job, and when it ended: before it forked any worker, after the job was over. */
+    const struct xmp_worker_report *zygote;
+    bool zygote_failed;
+    bool zygote_before_fork;
+    bool zygote_after_done;
     /* Derived by xmp_report_finish. */
     enum xmp_outcome outcome;
     int exit_code;

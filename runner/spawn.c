@@ -150,7 +150,8 @@ explain_missing_interpreter(const char *path, const char *shown, struct xmp_erro
     }
 }
 
-static void __attribute__((noreturn)) child_fail(int fd, struct xmp_error *err, int code)
+void
+xmp_spawn_child_fail(int fd, struct xmp_error *err, int code)
 {
     ssize_t n;
 
@@ -160,33 +161,28 @@ static void __attribute__((noreturn)) child_fail(int fd, struct xmp_error *err, 
     _exit(code);
 }
 
-/* Runs in the child: no allocation (the environment and the path were built by the parent),
- * every failure goes to the pipe. */
-static void __attribute__((noreturn))
-child_main(const struct xmp_spawn_args *a, int errfd, int gatefd, pid_t parent)
+int
+xmp_spawn_child_enter(const struct xmp_spawn_args *a, int gatefd, pid_t parent,
+                      struct xmp_error *err)
 {
-    struct xmp_error err = {0};
-
-    for (size_t i = 0; i < sizeof(reset_signals) / sizeof(reset_signals[0]); i++)
-        signal(reset_signals[i], SIG_DFL);
-    sigprocmask(SIG_SETMASK, a->sigmask, NULL);
+    /* A forked (start: fork) worker keeps the zygote's dispositions, as after os.fork(): its
+     * runtime (Python's SIGINT and SIGPIPE handling) set them up and expects them. */
+    if (a->sigmask != NULL) {
+        for (size_t i = 0; i < sizeof(reset_signals) / sizeof(reset_signals[0]); i++)
+            signal(reset_signals[i], SIG_DFL);
+        sigprocmask(SIG_SETMASK, a->sigmask, NULL);
+    }
 
     /* Its own process group, so that xmprun can signal the worker and everything it forks
      * (without setsid) at once, and a terminal's ^C reaches only xmprun, which forwards it. */
-    if (setpgid(0, 0) < 0) {
-        xmp_error_set(&err, errno, "setpgid");
-        child_fail(errfd, &err, 125);
-    }
+    if (setpgid(0, 0) < 0)
+        return xmp_error_set(err, errno, "setpgid");
     /* If xmprun dies (even by SIGKILL) the worker must not run on unsupervised. The parent may
      * already have died before the prctl took effect, hence the getppid check. */
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) {
-        xmp_error_set(&err, errno, "prctl(PR_SET_PDEATHSIG)");
-        child_fail(errfd, &err, 125);
-    }
-    if (getppid() != parent) {
-        xmp_error_set(&err, 0, "xmprun exited while the worker was starting");
-        child_fail(errfd, &err, 125);
-    }
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+        return xmp_error_set(err, errno, "prctl(PR_SET_PDEATHSIG)");
+    if (getppid() != parent)
+        return xmp_error_set(err, 0, "xmprun exited while the worker was starting");
     /* The parent writes one byte once this process is in all its cgroups; EOF means it gave up
      * on the worker (and is about to kill it). */
     if (gatefd >= 0) {
@@ -195,50 +191,88 @@ child_main(const struct xmp_spawn_args *a, int errfd, int gatefd, pid_t parent)
         do
             n = read(gatefd, &go, 1);
         while (n < 0 && errno == EINTR);
-        if (n != 1) {
-            xmp_error_set(&err, 0, "xmprun did not let the worker start");
-            child_fail(errfd, &err, 125);
-        }
+        if (n != 1)
+            return xmp_error_set(err, 0, "xmprun did not let the worker start");
         close(gatefd);
     }
-    if (a->workdir != NULL && chdir(a->workdir) < 0) {
-        xmp_error_set(&err, errno, "chdir `%s`", a->workdir);
-        child_fail(errfd, &err, 125);
+    return 0;
+}
+
+/* Closes every fd from 3 up but those in keep (which close_range cannot express in one call:
+ * one call per gap). */
+static void
+close_all_but(const int *keep, size_t n_keep)
+{
+    unsigned int from = 3;
+
+    for (;;) {
+        unsigned int next = ~0U;
+        for (size_t i = 0; i < n_keep; i++)
+            if (keep[i] >= (int)from && (unsigned int)keep[i] < next)
+                next = (unsigned int)keep[i];
+        if (next > from)
+            syscall(SYS_close_range, from, next == ~0U ? ~0U : next - 1, 0U);
+        if (next == ~0U)
+            return;
+        from = next + 1;
     }
-    if (a->cpus != NULL && sched_setaffinity(0, sizeof(*a->cpus), a->cpus) < 0) {
-        xmp_error_set(&err, errno, "sched_setaffinity");
-        child_fail(errfd, &err, 125);
-    }
-    if (restore_inherited_nofile(a, &err) < 0)
-        child_fail(errfd, &err, 125);
-    if (a->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
-        xmp_error_set(&err, errno, "prctl(PR_SET_NO_NEW_PRIVS)");
-        child_fail(errfd, &err, 125);
-    }
+}
+
+int
+xmp_spawn_child_setup(const struct xmp_spawn_args *a, struct xmp_error *err)
+{
+    if (a->workdir != NULL && chdir(a->workdir) < 0)
+        return xmp_error_set(err, errno, "chdir `%s`", a->workdir);
+    if (a->cpus != NULL && sched_setaffinity(0, sizeof(*a->cpus), a->cpus) < 0)
+        return xmp_error_set(err, errno, "sched_setaffinity");
+    if (restore_inherited_nofile(a, err) < 0)
+        return -1;
+    if (a->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return xmp_error_set(err, errno, "prctl(PR_SET_NO_NEW_PRIVS)");
     int fds[3] = {a->stdin_fd, a->stdout_fd, a->stderr_fd};
     for (int target = 0; target <= 2; target++) {
         int fd = fds[target];
         if (fd < 0)
             continue;
         /* dup2 onto itself would keep FD_CLOEXEC, and the worker would lose the stream. */
-        if (fd == target ? fcntl(fd, F_SETFD, 0) < 0 : dup2(fd, target) < 0) {
-            xmp_error_set(&err, errno, "dup2");
-            child_fail(errfd, &err, 125);
-        }
+        if (fd == target ? fcntl(fd, F_SETFD, 0) < 0 : dup2(fd, target) < 0)
+            return xmp_error_set(err, errno, "dup2");
     }
-    /* Whatever xmprun or its libraries opened without O_CLOEXEC must not leak into workers. */
-    syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+    if (a->close_fds) {
+        /* No exec follows in a forked worker: what it must not keep (its older siblings' pipe
+         * ends, which would keep their EOF from ever coming) is closed for real. */
+        close_all_but(a->keep_fds, a->n_keep_fds);
+    } else {
+        /* Whatever xmprun or its libraries opened without O_CLOEXEC must not leak into
+         * workers; the fds in keep_fds (the zygote's socket) are passed on. */
+        syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+        for (size_t i = 0; i < a->n_keep_fds; i++)
+            if (fcntl(a->keep_fds[i], F_SETFD, 0) < 0)
+                return xmp_error_set(err, errno, "fcntl(F_SETFD)");
+    }
+    return 0;
+}
+
+/* Runs in the child: no allocation (the environment and the path were built by the parent),
+ * every failure goes to the pipe. */
+static void __attribute__((noreturn))
+child_main(const struct xmp_spawn_args *a, int errfd, int gatefd, pid_t parent)
+{
+    struct xmp_error err = {0};
+
+    if (xmp_spawn_child_enter(a, gatefd, parent, &err) < 0 || xmp_spawn_child_setup(a, &err) < 0)
+        xmp_spawn_child_fail(errfd, &err, 125);
 
     if (strchr(a->path, '/') == NULL) {
         xmp_error_set(&err, ENOENT, "exec `%s`", a->path);
-        child_fail(errfd, &err, 127);
+        xmp_spawn_child_fail(errfd, &err, 127);
     }
     execve(a->path, a->argv, a->envp);
     int saved = errno;
     xmp_error_set(&err, saved, "exec `%s`", a->argv[0]);
     if (saved == ENOENT)
         explain_missing_interpreter(a->path, a->argv[0], &err);
-    child_fail(errfd, &err, saved == ENOENT ? 127 : 126);
+    xmp_spawn_child_fail(errfd, &err, saved == ENOENT ? 127 : 126);
 }
 
 int

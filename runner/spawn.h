@@ -25,8 +25,12 @@ struct xmp_spawn_args {
     int stderr_fd;
     const struct xmp_cgroup *cg; /* NULL: no cgroup */
     enum xmp_cgroup_mode mode;
-    const sigset_t *sigmask;               /* the mask xmprun started with, restored in the child */
+    const sigset_t *sigmask; /* the mask xmprun started with, restored in the child; NULL (a
+                              * forked worker): signals are left as the zygote had them */
     const struct rlimit *inherited_nofile; /* NULL: keep xmprun's RLIMIT_NOFILE */
+    const int *keep_fds;                   /* passed on to the worker (the zygote's socket) */
+    size_t n_keep_fds;
+    bool close_fds; /* close every other fd from 3 up (no exec follows); else set CLOEXEC */
 };
 
 struct xmp_spawned {
@@ -68,5 +72,19 @@ int xmp_spawn_start(struct xmp_spawned *sp, const struct xmp_cgroup *cg, enum xm
  * (only when block is false). A caller that has seen the child exit may block: its end of the
  * pipe is closed by then, so the read ends at once. */
 int xmp_spawn_read_status(struct xmp_spawned *sp, bool block);
+
+/* The child's side, shared by exec-mode workers (below, before execve) and forked workers
+ * (the client library in the zygote, client/xmprun.c), so that both get the same isolation.
+ * Neither allocates; both return -1 with err set.
+ *
+ * enter: signal dispositions and mask, its own process group, the death signal (parent is the
+ * pid that must stay its parent: xmprun), then waits at the start gate (gatefd, -1 for none)
+ * until xmprun has put it into its cgroups. */
+int xmp_spawn_child_enter(const struct xmp_spawn_args *a, int gatefd, pid_t parent,
+                          struct xmp_error *err);
+/* setup, once in its cgroups: workdir, affinity, no_new_privs, stdio, and the fds it keeps. */
+int xmp_spawn_child_setup(const struct xmp_spawn_args *a, struct xmp_error *err);
+/* Writes err to the status pipe fd and exits with code. */
+void xmp_spawn_child_fail(int fd, struct xmp_error *err, int code) __attribute__((noreturn));
 
 #endif

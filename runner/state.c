@@ -310,8 +310,8 @@ push(char ***list, size_t *n, const char *name)
         (*n)++;
 }
 
-/* Removes a dead job's scratch directory and the error files in it (nothing else is put
- * there, and only a path that looks like one xmprun made is touched). */
+/* Removes a dead job's scratch directory, the error files and the serial lock in it (nothing
+ * else is put there, and only a path that looks like one xmprun made is touched). */
 static bool
 remove_run_dir(const char *run_dir)
 {
@@ -323,7 +323,7 @@ remove_run_dir(const char *run_dir)
         return false;
     d = opendir(run_dir);
     while (d != NULL && (de = readdir(d)) != NULL)
-        if (strncmp(de->d_name, "error-", 6) == 0)
+        if (strncmp(de->d_name, "error-", 6) == 0 || strcmp(de->d_name, "serial.lock") == 0)
             unlinkat(dirfd(d), de->d_name, 0);
     if (d != NULL)
         closedir(d);

@@ -1,5 +1,5 @@
 /* What this xmprun cannot do yet is refused before anything starts, never silently skipped: a
- * zygote (start: fork) and a seccomp filter named by the user. Exit 125, a setup_failed report
+ * seccomp filter named by the user. Exit 125, a setup_failed report
  * that says why, and nothing left behind. */
 #include "e2e/e2e.h"
 
@@ -23,11 +23,6 @@ refused(const char *extra, const char *why)
     cr_assert_eq(json_array_size(json_object_get(e.rep, "workers")), 0);
     e2e_assert_clean(&e);
     e2e_fini(&e);
-}
-
-Test(unsupported, start_fork_is_refused, .timeout = 60)
-{
-    refused("start: fork\n", "start: fork is not supported by this xmprun yet");
 }
 
 Test(unsupported, strict_seccomp_is_refused, .timeout = 60)

@@ -32,14 +32,6 @@ PENDING = {
         "resources.worker.rlimits.nproc",
     },
     "report": {
-        "zygote",
-        "zygote.pid",
-        "zygote.state",
-        "zygote.exit_code",
-        "zygote.signal",
-        "zygote.memory.limit_bytes",
-        "zygote.memory.peak_bytes",
-        "zygote.memory.oom_kills",
     },
 }
 

@@ -12,9 +12,13 @@ fail() { echo "FAIL: $*"; status=1; }
 DESTDIR=$stage cmake --install "$build" --prefix /usr >"$stage.log" 2>&1 || {
     cat "$stage.log"; rm -f "$stage.log"; echo "FAIL: cmake --install"; exit 1; }
 rm -f "$stage.log"
-# The fork model's client library, header, pkg-config file and Python package join this list
-# when they land (see the install() rules in CMakeLists.txt).
-want="usr/bin/xmprun
+libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")
+want=$(LC_ALL=C sort <<EOF
+usr/bin/xmprun
+usr/include/xmprun.h
+usr/$libdir/libxmprun.so
+usr/$libdir/pkgconfig/xmprun.pc
+usr/lib/python3/dist-packages/xmprun/__init__.py
 usr/share/bash-completion/completions/xmprun
 usr/share/doc/xmprun/examples/failfast.yaml
 usr/share/doc/xmprun/examples/flaky.yaml
@@ -23,7 +27,9 @@ usr/share/doc/xmprun/examples/quickstart.yaml
 usr/share/man/man1/xmprun.1
 usr/share/man/man5/xmprun.yaml.5
 usr/share/xmprun/schemas/job.schema.json
-usr/share/xmprun/schemas/report.schema.json"
+usr/share/xmprun/schemas/report.schema.json
+EOF
+)
 got=$(cd "$stage" && find . -type f -o -type l | sed 's|^\./||' | LC_ALL=C sort)
 [ "$got" = "$want" ] || fail "installed tree differs:
 --- want

@@ -261,6 +261,7 @@ Test(limits, init_is_unlimited)
     xmp_limits_init(&l);
     cr_expect_eq(l.memory, -1);
     cr_expect_eq(l.memory_high, -1);
+    cr_expect_eq(l.memory_min, -1);
     cr_expect_eq(l.swap, -1);
     cr_expect_eq(l.cpus_milli, -1);
     cr_expect_eq(l.pids, -1);
