@@ -31,8 +31,7 @@ PENDING = {
         "resources.worker.rlimits.stack",
         "resources.worker.rlimits.nproc",
     },
-    "report": {
-    },
+    "report": set(),
 }
 
 TERM_RE = re.compile(r"^\*([a-z_][a-z0-9_.\[\]]*)\*\s*$")
