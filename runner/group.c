@@ -250,6 +250,14 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
     else
         rep->state = XMP_WORKER_EXITED;
 
+    /* SIGSYS under a filter that kills is the filter's doing; the kernel's audit record of
+     * the kill names the call. */
+    rep->seccomp_profile = NULL;
+    rep->seccomp_syscall[0] = '\0';
+    if (rep->state == XMP_WORKER_SIGNALED && rep->signal == SIGSYS && sv->iso.kill_label != NULL) {
+        rep->seccomp_profile = sv->iso.kill_label;
+        xmp_seccomp_killed_by(rep->pid, rep->seccomp_syscall, sizeof(rep->seccomp_syscall));
+    }
     if (w->pw->error_file != NULL && access(w->pw->error_file, F_OK) == 0)
         rep->error_file = json_load_file(w->pw->error_file, 0, NULL);
 
@@ -394,7 +402,8 @@ on_stream(struct xmp_supervisor *sv, struct xmp_stream *s)
 static char **
 worker_environ(struct xmp_supervisor *sv, const struct xmp_plan_worker *pw)
 {
-    char **env = xmp_plan_worker_environ(&sv->plan, pw, sv->opts->environ);
+    char **env = xmp_isolation_environ(&sv->iso, sv->spec,
+                                       xmp_plan_worker_environ(&sv->plan, pw, sv->opts->environ));
     char *entry = NULL;
     size_t n = 0;
 
@@ -478,7 +487,7 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
         .envp = w->environ,
         .workdir = sv->plan.workdir,
         .cpus = w->has_cpus ? &w->cpus : NULL,
-        .no_new_privs = spec->no_new_privs,
+        .confine = &sv->iso.confine,
         .stdin_fd = sv->stdin_fd,
         .stdout_fd = po[1],
         .stderr_fd = pe[1],

@@ -5,6 +5,7 @@
 
 #include "isolate/cgroup.h"
 #include "runner/host.h"
+#include "runner/isolation.h"
 #include "runner/output.h"
 #include "runner/plan.h"
 #include "runner/report.h"
@@ -55,6 +56,7 @@ struct xmp_supervisor {
     const struct xmp_run_options *opts;
     struct xmp_host host;
     struct xmp_plan plan;
+    struct xmp_isolation iso; /* seccomp filter, rlimits, user: the same for every worker */
     bool have_host;
     bool have_plan;
     enum xmp_cgroup_mode mode;

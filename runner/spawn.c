@@ -130,10 +130,6 @@ child_main(const struct xmp_spawn_args *a, int errfd, int gatefd, pid_t parent)
         xmp_error_set(&err, errno, "sched_setaffinity");
         child_fail(errfd, &err, 125);
     }
-    if (a->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
-        xmp_error_set(&err, errno, "prctl(PR_SET_NO_NEW_PRIVS)");
-        child_fail(errfd, &err, 125);
-    }
     int fds[3] = {a->stdin_fd, a->stdout_fd, a->stderr_fd};
     for (int target = 0; target <= 2; target++) {
         int fd = fds[target];
@@ -147,6 +143,11 @@ child_main(const struct xmp_spawn_args *a, int errfd, int gatefd, pid_t parent)
     }
     /* Whatever xmprun or its libraries opened without O_CLOEXEC must not leak into workers. */
     syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+
+    /* Last before exec: the seccomp filter it ends with then has to allow only execve (and
+     * the write and exit of a failed one). */
+    if (a->confine != NULL && xmp_confine_apply(a->confine, &err) < 0)
+        child_fail(errfd, &err, 125);
 
     if (strchr(a->path, '/') == NULL) {
         xmp_error_set(&err, ENOENT, "exec `%s`", a->path);

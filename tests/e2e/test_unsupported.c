@@ -1,6 +1,6 @@
 /* What this xmprun cannot do yet is refused before anything starts, never silently skipped: a
- * zygote (start: fork) and a seccomp filter named by the user. Exit 125, a setup_failed report
- * that says why, and nothing left behind. */
+ * zygote (start: fork). Exit 125, a setup_failed report that says why, and nothing left
+ * behind. */
 #include "e2e/e2e.h"
 
 static void
@@ -28,15 +28,4 @@ refused(const char *extra, const char *why)
 Test(unsupported, start_fork_is_refused, .timeout = 60)
 {
     refused("start: fork\n", "start: fork is not supported by this xmprun yet");
-}
-
-Test(unsupported, strict_seccomp_is_refused, .timeout = 60)
-{
-    refused("isolation: {seccomp: strict}\n", "isolation.seccomp: strict is not supported");
-}
-
-Test(unsupported, seccomp_profile_is_refused, .timeout = 60)
-{
-    refused("isolation: {seccomp: ./profile.yaml}\n",
-            "isolation.seccomp: a profile file is not supported");
 }
