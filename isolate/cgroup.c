@@ -82,8 +82,9 @@ static const struct {
     unsigned bit;
     const char *name;
 } v1_ctrls[] = {
-    {XMP_CG_MEMORY, "memory"}, {XMP_CG_CPU, "cpu"},   {XMP_CG_CPUACCT, "cpuacct"},
-    {XMP_CG_CPUSET, "cpuset"}, {XMP_CG_PIDS, "pids"}, {XMP_CG_FREEZER, "freezer"},
+    {XMP_CG_MEMORY, "memory"},   {XMP_CG_CPU, "cpu"},   {XMP_CG_CPUACCT, "cpuacct"},
+    {XMP_CG_CPUSET, "cpuset"},   {XMP_CG_PIDS, "pids"}, {XMP_CG_FREEZER, "freezer"},
+    {XMP_CG_DEVICES, "devices"},
 };
 
 static int

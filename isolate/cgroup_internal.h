@@ -18,6 +18,7 @@ enum {
     XMP_CG_CPUSET = 1u << 3,
     XMP_CG_PIDS = 1u << 4,
     XMP_CG_FREEZER = 1u << 5,
+    XMP_CG_DEVICES = 1u << 6,
 };
 
 struct xmp_cg_hier {

@@ -91,6 +91,9 @@ v1_values(const struct xmp_cgroup *cg, const struct xmp_limits *l, unsigned mask
     } else if (l->has_cpus) {
         return need(lay, XMP_CG_CPUSET, "cpuset", "a cpuset", err);
     }
+    if (l->has_devices &&
+        need(lay, XMP_CG_DEVICES, "devices", "device filtering (isolation.devices)", err) < 0)
+        return -1;
     if (l->pids >= 0) {
         if ((i = need(lay, XMP_CG_PIDS, "pids", "a process limit", err)) < 0)
             return -1;
@@ -125,6 +128,8 @@ v1_mask(const struct xmp_cgroup *cg, const struct xmp_limits *l)
         want |= XMP_CG_CPUSET;
     if (l->pids >= 0)
         want |= XMP_CG_PIDS;
+    if (l->has_devices)
+        want |= XMP_CG_DEVICES;
     if (lay->unified < 0 || !lay->caps.v2_cpu_stat)
         want |= XMP_CG_CPUACCT;
     if (tracked(lay))
@@ -226,6 +231,11 @@ v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
     if (v1_values(cg, limits, mask, &vals, err) < 0)
         goto fail;
     if (xmp_cg_lc_create(cg, mask & ~(u >= 0 ? 1u << u : 0u), &vals, err) < 0)
+        goto fail;
+    /* The devices lists take one write per rule, which libcgroup's one value per file cannot
+     * carry: written directly, once the directory exists. */
+    if (limits->has_devices &&
+        xmp_devices_write_v1(cg->dir[hier_of(lay, XMP_CG_DEVICES)], &limits->devices, err) < 0)
         goto fail;
     m = hier_of(lay, XMP_CG_MEMORY);
     if (m >= 0 && cg->parent == NULL) {

@@ -7,6 +7,7 @@
 #include <pwd.h>
 #include <regex.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 static bool
 matches(const char *text, const char *pattern)
@@ -261,6 +262,70 @@ Test(isolation, user_needs_root, .timeout = 60)
         cr_assert_not_null(strstr(e.r.err, "needs xmprun to run as root"), "%s", e.r.err);
     e2e_load_report(&e);
     cr_assert_str_eq(e2e_str(e.rep, "outcome"), "setup_failed");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* isolation.devices on a 4-GPU fixture host whose GPUs' device minors are not their CUDA indices
+ * (cuda:0..3 are /dev/nvidia2, 0, 3, 1, as the driver's "Device Minor" says). Fake nodes stand
+ * in for /dev: without a driver an allowed node opens with ENXIO, a filtered one fails with
+ * EPERM. Worker 1 (cuda:1, minor 0) may open its own node and the shared ones, not worker 2's
+ * (cuda:2, minor 3); with isolation.devices: false it may. */
+Test(isolation, each_worker_opens_only_its_own_gpu, .timeout = 120)
+{
+    struct e2e e;
+    char *root = NULL;
+    if (geteuid() != 0)
+        cr_skip_test("mknod and the devices cgroup need root");
+    e2e_init(&e);
+    static const struct {
+        const char *name;
+        int major, minor;
+    } nodes[] = {{"nvidia0", 195, 0},         {"nvidia1", 195, 1},     {"nvidia2", 195, 2},
+                 {"nvidia3", 195, 3},         {"nvidiactl", 195, 255}, {"nvidia-uvm", 509, 0},
+                 {"nvidia-uvm-tools", 509, 1}};
+    for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
+        char *p = e2e_path(&e, nodes[i].name);
+        cr_assert_eq(mknod(p, S_IFCHR | 0666, makedev(nodes[i].major, nodes[i].minor)), 0,
+                     "mknod %s: %s", p, strerror(errno));
+        free(p);
+    }
+    cr_assert(asprintf(&root, "XMPRUN_HOST_ROOT=%s/hosts/gpu4", xt_fixtures()) > 0);
+    e2e_spec(&e, "version: 1\n"
+                 "name: gpu-filter\n"
+                 "devices: {kind: cuda}\n"
+                 "resources: {worker: {cpuset: none}}\n"
+                 "command: 'if [ \"$RANK\" = 1 ]; then exec %1$s open %2$s/nvidia0 %2$s/nvidia3 "
+                 "%2$s/nvidia2 %2$s/nvidiactl %2$s/nvidia-uvm %2$s/nvidia-uvm-tools /dev/null; "
+                 "fi'\n");
+    char *argv[] = {(char *)xt_bin(), "--report", e.report, e.spec, NULL};
+    char *envp[] = {e.state_env, root, NULL};
+    cr_assert_eq(xt_run(&e.r, argv, envp, e.dir, 60), 0);
+    cr_assert_eq(e.r.status, 0, "stderr:\n%s", e.r.err);
+    char want[4300];
+#define EXPECT_OPEN(node, result)                                                                  \
+    do {                                                                                           \
+        snprintf(want, sizeof(want), "[1] open %s/%s=%s", e.dir, node, result);                    \
+        expect_line(&e, want);                                                                     \
+    } while (0)
+    EXPECT_OPEN("nvidia0", "ENXIO"); /* its own */
+    EXPECT_OPEN("nvidia3", "EPERM"); /* worker 2's */
+    EXPECT_OPEN("nvidia2", "EPERM"); /* worker 0's */
+    EXPECT_OPEN("nvidiactl", "ENXIO");
+    EXPECT_OPEN("nvidia-uvm", "ENXIO");
+    EXPECT_OPEN("nvidia-uvm-tools", "ENXIO");
+    expect_line(&e, "[1] open /dev/null=ok");
+    e2e_load_report(&e);
+
+    /* The same job without the filter: worker 2's node is no longer refused. */
+    char *set_argv[] = {(char *)xt_bin(),          "--report", e.report, "--set",
+                        "isolation.devices=false", e.spec,     NULL};
+    xt_result_free(&e.r);
+    cr_assert_eq(xt_run(&e.r, set_argv, envp, e.dir, 60), 0);
+    cr_assert_eq(e.r.status, 0, "stderr:\n%s", e.r.err);
+    EXPECT_OPEN("nvidia3", "ENXIO");
+#undef EXPECT_OPEN
+    free(root);
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
