@@ -6,6 +6,8 @@
 
 #include <pwd.h>
 #include <regex.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -56,8 +58,9 @@ Test(isolation, default_profile_denies_with_eperm, .timeout = 60)
     e2e_fini(&e);
 }
 
-/* The same denials through the i386 ABI (int 0x80 from a 64-bit worker), and the contrast:
- * with seccomp off the very same calls get through (so the probe does reach the kernel). */
+/* The same denials through the i386 ABI (int 0x80 from a 64-bit worker) and the x32 ABI, and
+ * the contrast: with seccomp off the very same calls get through (so the probe does reach the
+ * kernel). */
 Test(isolation, i386_calls_do_not_slip_past, .timeout = 60)
 {
     struct e2e e;
@@ -66,17 +69,20 @@ Test(isolation, i386_calls_do_not_slip_past, .timeout = 60)
                  "name: seccomp-int80\n"
                  "workers: 1\n"
                  "devices: {kind: cpu}\n"
-                 "command: [%1$s, int80, unshare, ptrace, getpid]\n");
+                 "command: '%1$s int80 unshare ptrace getpid; %1$s x32 unshare'\n");
     cr_assert_eq(e2e_run(&e, 30, NULL), 0, "stderr:\n%s", e.r.err);
     if (strstr(e.r.out, "int80 getpid=ENOSYS") != NULL)
         cr_skip_test("this kernel has no i386 ABI (ia32_emulation off): nothing to slip past");
     expect_line(&e, "[0] int80 unshare=EPERM");
     expect_line(&e, "[0] int80 ptrace=EPERM");
     expect_line(&e, "[0] int80 getpid=ok");
+    /* The x32 bit on a 64-bit number: the filter sees it whether or not the kernel has x32. */
+    expect_line(&e, "[0] x32 unshare=EPERM");
     cr_assert_eq(e2e_run(&e, 30, "--set", "isolation.seccomp=off", NULL), 0, "stderr:\n%s",
                  e.r.err);
     expect_line(&e, "[0] int80 unshare=ok");
     expect_line(&e, "[0] int80 ptrace=ESRCH");
+    cr_assert_null(strstr(e.r.out, "x32 unshare=EPERM"), "%s", e.r.out);
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
@@ -278,6 +284,15 @@ Test(isolation, each_worker_opens_only_its_own_gpu, .timeout = 120)
     if (geteuid() != 0)
         cr_skip_test("mknod and the devices cgroup need root");
     e2e_init(&e);
+    /* Device nodes only work on a filesystem mounted without nodev, which /tmp often is not
+     * (the v2 guest's): a tmpfs of this test's own, in a mount namespace of its own, which
+     * xmprun and its workers inherit and which goes away with the test process. */
+    char *devdir = e2e_path(&e, "dev");
+    cr_assert_eq(mkdir(devdir, 0755), 0);
+    cr_assert_eq(unshare(CLONE_NEWNS), 0, "unshare: %s", strerror(errno));
+    cr_assert_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
+    cr_assert_eq(mount("xmprun-test-dev", devdir, "tmpfs", 0, "mode=0755"), 0, "mount: %s",
+                 strerror(errno));
     static const struct {
         const char *name;
         int major, minor;
@@ -285,19 +300,18 @@ Test(isolation, each_worker_opens_only_its_own_gpu, .timeout = 120)
                  {"nvidia3", 195, 3},         {"nvidiactl", 195, 255}, {"nvidia-uvm", 509, 0},
                  {"nvidia-uvm-tools", 509, 1}};
     for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
-        char *p = e2e_path(&e, nodes[i].name);
+        char p[4200];
+        snprintf(p, sizeof(p), "%s/%s", devdir, nodes[i].name);
         cr_assert_eq(mknod(p, S_IFCHR | 0666, makedev(nodes[i].major, nodes[i].minor)), 0,
                      "mknod %s: %s", p, strerror(errno));
-        free(p);
     }
     cr_assert(asprintf(&root, "XMPRUN_HOST_ROOT=%s/hosts/gpu4", xt_fixtures()) > 0);
     e2e_spec(&e, "version: 1\n"
                  "name: gpu-filter\n"
                  "devices: {kind: cuda}\n"
                  "resources: {worker: {cpuset: none}}\n"
-                 "command: 'if [ \"$RANK\" = 1 ]; then exec %1$s open %2$s/nvidia0 %2$s/nvidia3 "
-                 "%2$s/nvidia2 %2$s/nvidiactl %2$s/nvidia-uvm %2$s/nvidia-uvm-tools /dev/null; "
-                 "fi'\n");
+                 "command: 'if [ \"$RANK\" = 1 ]; then cd %2$s/dev && exec %1$s open nvidia0 "
+                 "nvidia3 nvidia2 nvidiactl nvidia-uvm nvidia-uvm-tools /dev/null; fi'\n");
     char *argv[] = {(char *)xt_bin(), "--report", e.report, e.spec, NULL};
     char *envp[] = {e.state_env, root, NULL};
     cr_assert_eq(xt_run(&e.r, argv, envp, e.dir, 60), 0);
@@ -305,7 +319,7 @@ Test(isolation, each_worker_opens_only_its_own_gpu, .timeout = 120)
     char want[4300];
 #define EXPECT_OPEN(node, result)                                                                  \
     do {                                                                                           \
-        snprintf(want, sizeof(want), "[1] open %s/%s=%s", e.dir, node, result);                    \
+        snprintf(want, sizeof(want), "[1] open %s=%s", node, result);                              \
         expect_line(&e, want);                                                                     \
     } while (0)
     EXPECT_OPEN("nvidia0", "ENXIO"); /* its own */
@@ -326,6 +340,8 @@ Test(isolation, each_worker_opens_only_its_own_gpu, .timeout = 120)
     EXPECT_OPEN("nvidia3", "ENXIO");
 #undef EXPECT_OPEN
     free(root);
+    umount(devdir);
+    free(devdir);
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
