@@ -90,9 +90,12 @@ static const char *const docker_allow[] = {
     "timerfd_settime64", "times", "tkill", "truncate", "truncate64", "ugetrlimit", "umask", "uname",
     "unlink", "unlinkat", "utime", "utimensat", "utimensat_time64", "utimes", "vfork", "vmsplice",
     "wait4", "waitid", "waitpid", "write", "writev",
-    /* Docker: minKernel 4.8 (ptrace itself is handled below), x86 ABIs only, and
-     * CAP_SYS_CHROOT, which is one of Docker's default capabilities. */
-    "process_vm_readv", "process_vm_writev", "arch_prctl", "modify_ldt", "chroot",
+    /* Docker: minKernel 4.8 (since 4.8 seccomp runs after ptrace's own checks, so a tracer
+     * cannot bypass the filter), x86 ABIs only, and CAP_SYS_CHROOT, which is one of Docker's
+     * default capabilities. ptrace stays allowed as in Docker: sanitizers (LeakSanitizer
+     * attaches to its own threads at exit), crash reporters and debuggers need it, and which
+     * processes it reaches is the kernel's ptrace access check (same user, Yama). */
+    "process_vm_readv", "process_vm_writev", "ptrace", "arch_prctl", "modify_ldt", "chroot",
     /* Not in Docker's list without CAP_SYS_NICE, allowed here: xmprun places workers on NUMA
      * nodes, and libnuma, OpenMP runtimes and CUDA's pinned allocations set memory policies.
      * They act on the caller's own memory only. */
@@ -101,9 +104,9 @@ static const char *const docker_allow[] = {
 /* What `strict` leaves out of the list above: calls that reach other processes' memory, make
  * device nodes, change the root, or open kernel interfaces (io_uring) no training job needs. */
 static const char *const strict_drop[] = {
-    "process_vm_readv", "process_vm_writev", "mknod",          "mknodat",           "chroot",
-    "io_uring_enter",   "io_uring_register", "io_uring_setup", "name_to_handle_at", "fanotify_mark",
-    "modify_ldt",       "remap_file_pages",  "memfd_secret",   "vmsplice"};
+    "ptrace",        "process_vm_readv", "process_vm_writev", "mknod",          "mknodat",
+    "chroot",        "io_uring_enter",   "io_uring_register", "io_uring_setup", "name_to_handle_at",
+    "fanotify_mark", "modify_ldt",       "remap_file_pages",  "memfd_secret",   "vmsplice"};
 
 /* clone() flags that create namespaces (Docker's mask 2114060288). */
 #define NS_FLAGS                                                                                   \
@@ -114,8 +117,6 @@ static const char *const strict_drop[] = {
  * programs set for themselves (UNAME26, ADDR_NO_RANDOMIZE is not one of them). */
 static const uint64_t docker_personality[] = {0x0, 0x8, 0x20000, 0x20008, 0xffffffff};
 
-#define PTRACE_ATTACH_REQ 16
-#define PTRACE_SEIZE_REQ  0x4206
 #ifndef AF_VSOCK
 #define AF_VSOCK 40
 #endif
@@ -232,31 +233,6 @@ export_bpf(scmp_filter_ctx ctx, bool can_kill, struct xmp_scmp_filter *out, stru
     return 0;
 }
 
-/* ptrace with any request but PTRACE_ATTACH (16) and PTRACE_SEIZE (0x4206). libseccomp takes
- * one comparison per argument in a rule, so the allowed requests are given as ranges and the
- * values between the two refused ones. */
-static int
-allow_ptrace_but_attach(scmp_filter_ctx ctx, struct xmp_error *err)
-{
-    struct scmp_arg_cmp below = SCMP_A0(SCMP_CMP_LT, PTRACE_ATTACH_REQ);
-    struct scmp_arg_cmp above = SCMP_A0(SCMP_CMP_GT, PTRACE_SEIZE_REQ);
-
-    if (add_named(ctx, SCMP_ACT_ALLOW, "ptrace", 1, &below, err) < 0 ||
-        add_named(ctx, SCMP_ACT_ALLOW, "ptrace", 1, &above, err) < 0)
-        return -1;
-    /* Between them the kernel defines 17-31 (PTRACE_DETACH ... PTRACE_SYSEMU_SINGLESTEP) and
-     * 0x4200-0x4205 (PTRACE_SETOPTIONS ... PTRACE_SETREGSET). */
-    for (uint64_t req = PTRACE_ATTACH_REQ + 1; req < PTRACE_SEIZE_REQ; req++) {
-        struct scmp_arg_cmp is = SCMP_A0(SCMP_CMP_EQ, req);
-        if (req == 32)
-            req = 0x4200;
-        is.datum_a = req;
-        if (add_named(ctx, SCMP_ACT_ALLOW, "ptrace", 1, &is, err) < 0)
-            return -1;
-    }
-    return 0;
-}
-
 int
 xmp_seccomp_build_builtin(enum xmp_scmp_builtin which, struct xmp_scmp_filter *out,
                           struct xmp_error *err)
@@ -288,12 +264,6 @@ xmp_seccomp_build_builtin(enum xmp_scmp_builtin which, struct xmp_scmp_filter *o
         if (add_named(ctx, SCMP_ACT_ALLOW, "personality", 1, &is, err) < 0)
             return -1;
     }
-    /* ptrace: Docker allows it (its PID namespace confines it); without one, attaching would
-     * reach any process of the same user, such as another worker. So `default` refuses
-     * PTRACE_ATTACH and PTRACE_SEIZE, and a worker can still trace the children it starts with
-     * PTRACE_TRACEME (a debugger running its program). `strict` has no ptrace at all. */
-    if (!strict && allow_ptrace_but_attach(ctx, err) < 0)
-        return -1;
     return export_bpf(ctx, strict, out, err);
 }
 

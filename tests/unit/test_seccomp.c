@@ -177,10 +177,11 @@ call_int80_unshare(void)
     return ret == -EPERM ? 0 : 1;
 }
 
+/* PTRACE_ATTACH to a pid nobody has: ESRCH when the filter lets it through. */
 static int
 call_ptrace_attach(void)
 {
-    return syscall(SYS_ptrace, 16, 0x7ffffff0, NULL, NULL) < 0 && errno == EPERM ? 0 : 1;
+    return syscall(SYS_ptrace, 16, 0x7ffffff0, NULL, NULL) < 0 && errno == ESRCH ? 0 : 1;
 }
 
 Test(filter, default_denies_with_eperm_and_lets_fork_through, .timeout = 10)
@@ -194,7 +195,7 @@ Test(filter, default_denies_with_eperm_and_lets_fork_through, .timeout = 10)
     st = in_filtered_child(XMP_SCMP_DEFAULT, call_fork);
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork (clone without namespaces): %#x", st);
     st = in_filtered_child(XMP_SCMP_DEFAULT, call_ptrace_attach);
-    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "PTRACE_ATTACH: %#x", st);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "ptrace is allowed, as in Docker: %#x", st);
     st = in_filtered_child(XMP_SCMP_DEFAULT, call_int80_unshare);
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "i386 unshare must get EPERM: %#x", st);
 }
