@@ -1,7 +1,8 @@
 /* End to end: real Python work under the seccomp profiles and the device filter. A PyTorch DDP
  * job (Debian's python3-torch, gloo, a DataLoader with worker processes) trains with 2 workers
  * under `default` and under `strict`, and sees the denied calls fail with EPERM from inside.
- * (CPython's multiprocessing suite: test_python_multiprocessing.c.) */
+ * (CPython's multiprocessing suite: test_python_multiprocessing.c.) Host only: tests/run-v2.sh
+ * leaves it out, since `import torch` alone takes minutes in the emulated guest. */
 #include "e2e/e2e.h"
 
 #include <netinet/in.h>
