@@ -1,7 +1,8 @@
 /* seccomp filters for workers (SPEC.md section 7): the built-in `default` (Docker's default
  * profile) and `strict` (an allowlist that kills), or a profile of plain rules, compiled with
  * libseccomp into classic BPF once per job in the parent. A worker loads the ready program with
- * one seccomp() call, which allocates nothing and is safe in a forked child. */
+ * one seccomp() call, which allocates nothing and is safe in a forked child. Every filter kills
+ * a process that calls through another ABI of the host (i386, x32). */
 #ifndef XMP_SECCOMP_H
 #define XMP_SECCOMP_H
 
@@ -38,7 +39,6 @@ enum xmp_scmp_builtin { XMP_SCMP_DEFAULT = 0, XMP_SCMP_STRICT };
 struct xmp_scmp_filter {
     void *insns;
     unsigned short len;
-    bool can_kill; /* some call kills the worker: a SIGSYS death is the filter's doing */
 };
 
 int xmp_seccomp_build_builtin(enum xmp_scmp_builtin which, struct xmp_scmp_filter *out,

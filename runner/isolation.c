@@ -152,8 +152,10 @@ xmp_isolation_setup(const struct xmp_spec *spec, struct xmp_isolation *iso, stru
         break;
     }
     iso->confine.seccomp = &iso->filter;
-    if (iso->filter.can_kill)
-        iso->kill_label = spec->seccomp == XMP_SECCOMP_STRICT ? "strict" : spec->seccomp_profile;
+    /* Every filter can kill (a call through the i386 or x32 ABI does, under any profile). */
+    iso->kill_label = spec->seccomp == XMP_SECCOMP_DEFAULT  ? "default"
+                      : spec->seccomp == XMP_SECCOMP_STRICT ? "strict"
+                                                            : spec->seccomp_profile;
     return 0;
 }
 

@@ -15,8 +15,8 @@
 struct xmp_isolation {
     struct xmp_confine confine;
     struct xmp_scmp_filter filter; /* filter.insns NULL: no filter */
-    /* The profile's name ("strict", a path) when its filter can kill a worker, so that a SIGSYS
-     * death is reported as the filter's; NULL otherwise. */
+    /* The profile's name ("default", "strict", a path) while a filter is on, so that a SIGSYS
+     * death is reported as the filter's; NULL without a filter. */
     const char *kill_label;
     gid_t *groups;
     char *user; /* the user's name, or NULL (uid only, or no change) */
