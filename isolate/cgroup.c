@@ -126,6 +126,7 @@ load_layout(enum xmp_cgroup_mode mode, struct xmp_cg_layout *l, struct xmp_error
     memset(l, 0, sizeof(*l));
     l->mode = mode;
     l->unified = -1;
+    l->dev_prog.fd = -1;
     if (mode == XMP_CGROUP_MODE_LEGACY || mode == XMP_CGROUP_MODE_HYBRID) {
         for (size_t i = 0; i < sizeof(v1_ctrls) / sizeof(v1_ctrls[0]); i++) {
             char mnt[XMP_CG_PATH], root[XMP_CG_PATH];
@@ -216,8 +217,10 @@ free_cgroup(struct xmp_cgroup *cg)
 {
     if (cg->dirfd >= 0)
         close(cg->dirfd);
-    if (cg->owns_layout)
+    if (cg->owns_layout) {
+        xmp_devices_prog_release(&cg->layout->dev_prog);
         free(cg->layout);
+    }
     free(cg->children);
     free(cg);
 }

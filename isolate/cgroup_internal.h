@@ -53,6 +53,7 @@ struct xmp_cg_layout {
     int unified; /* index of the cgroup2 hierarchy, or -1 */
     struct xmp_cg_hier h[XMP_CG_MAX_HIER];
     struct xmp_cg_caps caps;
+    struct xmp_dev_prog dev_prog; /* the job's last BPF device program, shared by its workers */
 };
 
 struct xmp_cg_ops;

@@ -259,7 +259,8 @@ v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
          * on. That spares the worker a directory and a cgroup.procs write in one more v1
          * hierarchy (the write takes the cgroup threadgroup lock), which cost more than the
          * rest of the isolation together at launch. */
-        if (limits->has_devices && xmp_devices_attach_bpf(cg->dirfd, &limits->devices, err) < 0)
+        if (limits->has_devices &&
+            xmp_devices_attach_bpf(cg->dirfd, &limits->devices, &lay->dev_prog, err) < 0)
             goto fail;
     }
     return 0;

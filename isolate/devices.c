@@ -126,8 +126,8 @@ emit_rule(const struct xmp_dev_rule *r, struct bpf_insn *out)
     return n;
 }
 
-int
-xmp_devices_attach_bpf(int cgfd, const struct xmp_dev_rules *rules, struct xmp_error *err)
+static int
+load_program(const struct xmp_dev_rules *rules, struct xmp_error *err)
 {
     struct bpf_insn prog[8 + XMP_DEV_MAX_RULES * 8];
     size_t n = 0;
@@ -152,7 +152,7 @@ xmp_devices_attach_bpf(int cgfd, const struct xmp_dev_rules *rules, struct xmp_e
     load.insns = (uint64_t)(uintptr_t)prog;
     load.insn_cnt = (uint32_t)n;
     load.license = (uint64_t)(uintptr_t) "GPL";
-    cleanup_close int progfd = (int)syscall(SYS_bpf, BPF_PROG_LOAD, &load, sizeof(load));
+    int progfd = (int)syscall(SYS_bpf, BPF_PROG_LOAD, &load, sizeof(load));
     if (progfd < 0) {
         int saved = errno;
         /* Again with the verifier's log, for the message (a log that does not fit makes a
@@ -160,22 +160,63 @@ xmp_devices_attach_bpf(int cgfd, const struct xmp_dev_rules *rules, struct xmp_e
         load.log_buf = (uint64_t)(uintptr_t)log;
         load.log_size = sizeof(log);
         load.log_level = 1;
-        if (syscall(SYS_bpf, BPF_PROG_LOAD, &load, sizeof(load)) >= 0)
+        int again = (int)syscall(SYS_bpf, BPF_PROG_LOAD, &load, sizeof(load));
+        if (again >= 0) {
+            close(again);
             log[0] = '\0';
+        }
         log[sizeof(log) - 1] = '\0';
         errno = saved;
         return xmp_error_set(err, errno, "device filter: load the BPF device program%s%.120s",
                              log[0] ? ": " : "", log);
     }
 
+    return progfd;
+}
+
+/* Field by field: the structs' padding is not necessarily zero. */
+static bool
+same_rules(const struct xmp_dev_rules *a, const struct xmp_dev_rules *b)
+{
+    if (a->n != b->n)
+        return false;
+    for (size_t i = 0; i < a->n; i++)
+        if (a->r[i].type != b->r[i].type || a->r[i].major != b->r[i].major ||
+            a->r[i].minor != b->r[i].minor || a->r[i].access != b->r[i].access)
+            return false;
+    return true;
+}
+
+void
+xmp_devices_prog_release(struct xmp_dev_prog *cache)
+{
+    if (cache->fd >= 0)
+        close(cache->fd);
+    cache->fd = -1;
+}
+
+int
+xmp_devices_attach_bpf(int cgfd, const struct xmp_dev_rules *rules, struct xmp_dev_prog *cache,
+                       struct xmp_error *err)
+{
+    if (cache->fd < 0 || !same_rules(&cache->rules, rules)) {
+        int fd = load_program(rules, err);
+        if (fd < 0)
+            return -1;
+        xmp_devices_prog_release(cache);
+        cache->fd = fd;
+        cache->rules = *rules;
+    }
+
     union bpf_attr attach;
     memset(&attach, 0, sizeof(attach));
     attach.target_fd = (uint32_t)cgfd;
-    attach.attach_bpf_fd = (uint32_t)progfd;
+    attach.attach_bpf_fd = (uint32_t)cache->fd;
     attach.attach_type = BPF_CGROUP_DEVICE;
     attach.attach_flags = BPF_F_ALLOW_MULTI;
     if (syscall(SYS_bpf, BPF_PROG_ATTACH, &attach, sizeof(attach)) < 0)
         return xmp_error_set(err, errno, "device filter: attach the BPF device program");
-    /* The attachment holds the program; the cgroup's removal frees both. */
+    /* The attachment holds its own reference: the cgroup's removal frees the program once the
+     * job's cache has let go of it too. */
     return 0;
 }

@@ -37,9 +37,19 @@ bool xmp_devices_add(struct xmp_dev_rules *rules, char type, int major, int mino
 
 /* v1: writes "a" to devices.deny, then each rule to devices.allow, in the directory dir. */
 int xmp_devices_write_v1(const char *dir, const struct xmp_dev_rules *rules, struct xmp_error *err);
-/* v2: loads the rules as a BPF device program and attaches it (BPF_F_ALLOW_MULTI, so that an
- * enclosing container's program still applies) to the cgroup2 directory cgfd. */
-int xmp_devices_attach_bpf(int cgfd, const struct xmp_dev_rules *rules, struct xmp_error *err);
+/* A loaded BPF device program and the rules it holds (fd -1: none yet). */
+struct xmp_dev_prog {
+    int fd;
+    struct xmp_dev_rules rules;
+};
+
+/* cgroup2: attaches the rules as a BPF device program (BPF_F_ALLOW_MULTI, so that an enclosing
+ * container's program still applies) to the cgroup2 directory cgfd. The program is loaded only
+ * when cache holds other rules: the workers of a job with the same rules (every worker of a
+ * CPU job) share one, since verifying and compiling it took about 1 ms per worker. */
+int xmp_devices_attach_bpf(int cgfd, const struct xmp_dev_rules *rules, struct xmp_dev_prog *cache,
+                           struct xmp_error *err);
+void xmp_devices_prog_release(struct xmp_dev_prog *cache);
 
 /* "c 195:0 rw" (v1 syntax, "*" for XMP_DEV_ANY). */
 void xmp_devices_format(const struct xmp_dev_rule *r, char *buf, size_t size);
