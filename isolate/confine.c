@@ -8,6 +8,9 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -59,6 +62,107 @@ xmp_confine_apply(const struct xmp_confine *c, struct xmp_error *err)
             xmp_error_wrap(err, "isolation.no_new_privs is false and xmprun lacks "
                                 "CAP_SYS_ADMIN");
         return -1;
+    }
+    return 0;
+}
+
+/* The packed form: this header, then the groups, then the filter's instructions. */
+#define PACK_MAGIC 0x786d7063U /* "xmpc" */
+struct packed {
+    uint32_t magic;
+    uint32_t n_rlimits;
+    struct {
+        int32_t resource;
+        uint64_t cur, max;
+    } rlimits[XMP_CONFINE_MAX_RLIMITS];
+    uint32_t change_user, uid, gid, n_groups;
+    uint32_t no_new_privs;
+    uint32_t filter_len; /* instructions; 0: no filter */
+};
+
+static const char *
+rlimit_name(int resource)
+{
+    switch (resource) {
+    case RLIMIT_NOFILE:
+        return "nofile";
+    case RLIMIT_MEMLOCK:
+        return "memlock";
+    case RLIMIT_CORE:
+        return "core";
+    case RLIMIT_STACK:
+        return "stack";
+    case RLIMIT_NPROC:
+        return "nproc";
+    default:
+        return "rlimit";
+    }
+}
+
+int
+xmp_confine_pack(const struct xmp_confine *c, void **buf, size_t *len, struct xmp_error *err)
+{
+    struct packed h = {.magic = PACK_MAGIC};
+    size_t groups = c->n_groups * sizeof(gid_t);
+    size_t insns = c->seccomp != NULL ? (size_t)c->seccomp->len * 8 : 0;
+    char *out;
+
+    h.n_rlimits = (uint32_t)c->n_rlimits;
+    for (size_t i = 0; i < c->n_rlimits && i < XMP_CONFINE_MAX_RLIMITS; i++) {
+        h.rlimits[i].resource = c->rlimits[i].resource;
+        h.rlimits[i].cur = c->rlimits[i].limit.rlim_cur;
+        h.rlimits[i].max = c->rlimits[i].limit.rlim_max;
+    }
+    h.change_user = c->change_user;
+    h.uid = c->uid;
+    h.gid = c->gid;
+    h.n_groups = (uint32_t)c->n_groups;
+    h.no_new_privs = c->no_new_privs;
+    h.filter_len = c->seccomp != NULL ? c->seccomp->len : 0;
+    out = malloc(sizeof(h) + groups + insns);
+    if (out == NULL)
+        return xmp_error_set(err, ENOMEM, "confine: pack");
+    memcpy(out, &h, sizeof(h));
+    if (groups > 0)
+        memcpy(out + sizeof(h), c->groups, groups);
+    if (insns > 0)
+        memcpy(out + sizeof(h) + groups, c->seccomp->insns, insns);
+    *buf = out;
+    *len = sizeof(h) + groups + insns;
+    return 0;
+}
+
+int
+xmp_confine_unpack(const void *buf, size_t len, struct xmp_confine *out,
+                   struct xmp_scmp_filter *storage, struct xmp_error *err)
+{
+    struct packed h;
+    const char *p = buf;
+
+    memset(out, 0, sizeof(*out));
+    if (len < sizeof(h))
+        return xmp_error_set(err, EINVAL, "confine: unpack: %zu bytes is too short", len);
+    memcpy(&h, p, sizeof(h));
+    if (h.magic != PACK_MAGIC || h.n_rlimits > XMP_CONFINE_MAX_RLIMITS || h.n_groups > 65536 ||
+        len != sizeof(h) + (size_t)h.n_groups * sizeof(gid_t) + (size_t)h.filter_len * 8)
+        return xmp_error_set(err, EINVAL, "confine: unpack: not a packed confinement");
+    out->n_rlimits = h.n_rlimits;
+    for (size_t i = 0; i < h.n_rlimits; i++) {
+        out->rlimits[i].resource = h.rlimits[i].resource;
+        out->rlimits[i].name = rlimit_name(h.rlimits[i].resource);
+        out->rlimits[i].limit.rlim_cur = (rlim_t)h.rlimits[i].cur;
+        out->rlimits[i].limit.rlim_max = (rlim_t)h.rlimits[i].max;
+    }
+    out->change_user = h.change_user != 0;
+    out->uid = h.uid;
+    out->gid = h.gid;
+    out->n_groups = h.n_groups;
+    out->groups = h.n_groups > 0 ? (const gid_t *)(const void *)(p + sizeof(h)) : NULL;
+    out->no_new_privs = h.no_new_privs != 0;
+    if (h.filter_len > 0) {
+        storage->insns = (void *)(uintptr_t)(p + sizeof(h) + (size_t)h.n_groups * sizeof(gid_t));
+        storage->len = (unsigned short)h.filter_len;
+        out->seccomp = storage;
     }
     return 0;
 }

@@ -37,4 +37,12 @@ struct xmp_confine {
  * names the step ("setrlimit nofile: Operation not permitted"). */
 int xmp_confine_apply(const struct xmp_confine *c, struct xmp_error *err);
 
+/* For a process other than xmprun that forks workers (the fork-mode zygote): c as one flat,
+ * pointer-free byte string (malloc'd into *buf), and back. unpack points out's groups and
+ * seccomp into buf, which must outlive it; storage holds the filter's header. -1 (EINVAL) on
+ * a string that pack did not make. */
+int xmp_confine_pack(const struct xmp_confine *c, void **buf, size_t *len, struct xmp_error *err);
+int xmp_confine_unpack(const void *buf, size_t len, struct xmp_confine *out,
+                       struct xmp_scmp_filter *storage, struct xmp_error *err);
+
 #endif

@@ -276,3 +276,40 @@ Test(user, resolve)
     cr_expect_eq(xmp_isolation_resolve_user("nobody:no-such-group", &iso, &err), -1);
     xmp_isolation_free(&iso);
 }
+
+/* The packed form a zygote receives: the same confinement after a round trip, applied. */
+static int
+check_packed_child(void)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) < 0 || r.rlim_cur != 77)
+        return 1;
+    return syscall(SYS_unshare, CLONE_NEWUSER) < 0 && errno == EPERM ? 0 : 2;
+}
+
+Test(confine, pack_and_unpack, .timeout = 10)
+{
+    struct xmp_scmp_filter f, storage;
+    struct xmp_confine c = {.n_rlimits = 1, .no_new_privs = true}, back;
+    struct xmp_error err = {0};
+    void *buf = NULL;
+    size_t len = 0;
+    int status;
+
+    cr_assert_eq(xmp_seccomp_build_builtin(XMP_SCMP_DEFAULT, &f, &err), 0, "%s", err.msg);
+    c.rlimits[0] = (struct xmp_confine_rlimit){RLIMIT_NOFILE, "nofile", {77, 77}};
+    c.seccomp = &f;
+    cr_assert_eq(xmp_confine_pack(&c, &buf, &len, &err), 0, "%s", err.msg);
+    xmp_seccomp_filter_free(&f);
+    cr_assert_eq(xmp_confine_unpack(buf, len - 1, &back, &storage, &err), -1);
+    cr_assert_eq(xmp_confine_unpack(buf, len, &back, &storage, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(back.rlimits[0].name, "nofile");
+    cr_expect(back.no_new_privs);
+    cr_expect_not(back.change_user);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(xmp_confine_apply(&back, &err) < 0 ? 100 : check_packed_child());
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
+    free(buf);
+}
