@@ -10,6 +10,7 @@
 #include "runner/plan.h"
 #include "runner/report.h"
 #include "runner/spawn.h"
+#include "runner/status.h"
 #include "runner/supervise.h"
 
 #include <signal.h>
@@ -26,6 +27,7 @@ enum xmp_ev_kind {
     XMP_EV_STDERR,
     XMP_EV_CONSOLE, /* index 0: xmprun's stdout, 1: its stderr, writable again */
     XMP_EV_EXEC,    /* a worker's exec-status pipe */
+    XMP_EV_STATUS,  /* the status line's 1 s timer */
 };
 
 enum xmp_stop_reason { XMP_STOP_NONE = 0, XMP_STOP_FAILURE, XMP_STOP_TIMEOUT, XMP_STOP_INTERRUPT };
@@ -71,6 +73,7 @@ struct xmp_supervisor {
     struct xmp_console consoles[2]; /* xmprun's stdout and stderr */
     bool console_watched[2];        /* EPOLLOUT is armed for it */
     bool reading_paused;            /* a console is over XMP_CONSOLE_HIGH */
+    struct xmp_status status;       /* the live status line (a terminal stderr only) */
     struct xmp_worker *workers;
     size_t n_workers;
     size_t n_running;
