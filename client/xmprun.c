@@ -40,8 +40,12 @@ static struct {
     struct xmp_zmsg hdr;
     int fds[XMP_ZMSG_FDS];
     size_t n_fds;
-    char *env;      /* hdr.env_len bytes */
-    char **envv;    /* pointers into env */
+    char *env;                  /* hdr.env_len bytes */
+    char **envv;                /* pointers into env */
+    void *confine_buf;          /* hdr.confine_len bytes, which confine points into */
+    struct xmp_confine confine; /* what the worker applies last */
+    struct xmp_scmp_filter filter;
+    bool has_confine;
     bool in_worker; /* this process is a forked worker */
     int lock_fd;
 } z = {.sock = -1, .lock_fd = -1};
@@ -70,8 +74,11 @@ drop_pending(void)
     z.n_fds = 0;
     free(z.env);
     free(z.envv);
+    free(z.confine_buf);
     z.env = NULL;
     z.envv = NULL;
+    z.confine_buf = NULL;
+    z.has_confine = false;
 }
 
 static int
@@ -219,7 +226,7 @@ xmprun_zygote_next(int *rank)
     size_t want =
         4 + ((z.hdr.flags & XMP_ZW_STDIN) ? 1 : 0) + ((z.hdr.flags & XMP_ZW_CGROUP) ? 1 : 0);
     if (z.hdr.type != XMP_ZMSG_WORKER || z.n_fds != want ||
-        (size_t)n != sizeof(z.hdr) + z.hdr.env_len) {
+        (size_t)n != sizeof(z.hdr) + z.hdr.env_len + z.hdr.confine_len) {
         free(buf);
         drop_pending();
         return fail("malformed message from xmprun (type %u, %zu fds)", z.hdr.type, z.n_fds);
@@ -228,13 +235,21 @@ xmprun_zygote_next(int *rank)
      * allocates nothing. */
     size_t count = 0;
     z.env = malloc(z.hdr.env_len + 1);
-    if (z.env == NULL) {
+    z.confine_buf = malloc(z.hdr.confine_len + 1);
+    if (z.env == NULL || z.confine_buf == NULL) {
         free(buf);
         return fail("out of memory");
     }
     memcpy(z.env, buf + sizeof(z.hdr), z.hdr.env_len);
     z.env[z.hdr.env_len] = '\0';
+    memcpy(z.confine_buf, buf + sizeof(z.hdr) + z.hdr.env_len, z.hdr.confine_len);
     free(buf);
+    if (z.hdr.confine_len > 0) {
+        struct xmp_error err = {0};
+        if (xmp_confine_unpack(z.confine_buf, z.hdr.confine_len, &z.confine, &z.filter, &err) < 0)
+            return fail("malformed isolation from xmprun: %s", err.msg);
+        z.has_confine = true;
+    }
     for (size_t i = 0; i < z.hdr.env_len; i++)
         if (z.env[i] == '\0')
             count++;
@@ -261,7 +276,6 @@ child_start(int status_fd, int gate_fd)
     int keep[1] = {status_fd};
     struct xmp_spawn_args a = {
         .cpus = (z.hdr.flags & XMP_ZW_CPUS) ? &z.hdr.cpus : NULL,
-        .no_new_privs = (z.hdr.flags & XMP_ZW_NO_NEW_PRIVS) != 0,
         .stdin_fd = (z.hdr.flags & XMP_ZW_STDIN) ? z.fds[4] : -1,
         .stdout_fd = z.fds[2],
         .stderr_fd = z.fds[3],
@@ -282,6 +296,10 @@ child_start(int status_fd, int gate_fd)
             xmp_error_set(&err, errno, "putenv");
             child_fail(status_fd, &err);
         }
+    /* Last, as before an exec: rlimits, the user, no_new_privs and the seccomp filter, which
+     * must then allow only the close below and what the user's function does. */
+    if (z.has_confine && xmp_confine_apply(&z.confine, &err) < 0)
+        child_fail(status_fd, &err);
     /* EOF on the status pipe tells xmprun that the worker started, as a successful exec does. */
     close(status_fd);
     z.sock = -1;

@@ -94,8 +94,9 @@ static const struct {
     unsigned bit;
     const char *name;
 } v1_ctrls[] = {
-    {XMP_CG_MEMORY, "memory"}, {XMP_CG_CPU, "cpu"},   {XMP_CG_CPUACCT, "cpuacct"},
-    {XMP_CG_CPUSET, "cpuset"}, {XMP_CG_PIDS, "pids"}, {XMP_CG_FREEZER, "freezer"},
+    {XMP_CG_MEMORY, "memory"},   {XMP_CG_CPU, "cpu"},   {XMP_CG_CPUACCT, "cpuacct"},
+    {XMP_CG_CPUSET, "cpuset"},   {XMP_CG_PIDS, "pids"}, {XMP_CG_FREEZER, "freezer"},
+    {XMP_CG_DEVICES, "devices"},
 };
 
 static int
@@ -154,6 +155,7 @@ load_layout(enum xmp_cgroup_mode mode, struct xmp_cg_layout *l, struct xmp_error
     memset(l, 0, sizeof(*l));
     l->mode = mode;
     l->unified = -1;
+    l->dev_prog.fd = -1;
     if (mode == XMP_CGROUP_MODE_LEGACY || mode == XMP_CGROUP_MODE_HYBRID) {
         for (size_t i = 0; i < sizeof(v1_ctrls) / sizeof(v1_ctrls[0]); i++) {
             char mnt[XMP_CG_PATH], root[XMP_CG_PATH];
@@ -297,8 +299,10 @@ free_cgroup(struct xmp_cgroup *cg)
     xmp_cg_oom_unwatch(cg);
     if (cg->dirfd >= 0)
         close(cg->dirfd);
-    if (cg->owns_layout)
+    if (cg->owns_layout) {
+        xmp_devices_prog_release(&cg->layout->dev_prog);
         free(cg->layout);
+    }
     free(cg->children);
     free(cg);
 }

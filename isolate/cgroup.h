@@ -5,6 +5,7 @@
 #ifndef XMP_CGROUP_H
 #define XMP_CGROUP_H
 
+#include "isolate/devices.h"
 #include "isolate/error.h"
 
 #include <sched.h>
@@ -35,7 +36,9 @@ struct xmp_limits {
     int64_t cpus_milli; /* cpu.max / cpu.cfs_quota_us over a 100 ms period */
     int64_t pids;       /* pids.max */
     bool has_cpus;
-    cpu_set_t cpus; /* cpuset.cpus (mems are copied from the parent) */
+    cpu_set_t cpus;   /* cpuset.cpus (mems are copied from the parent) */
+    bool has_devices; /* filter device access: v1 devices controller, v2 BPF device program */
+    struct xmp_dev_rules devices; /* what the cgroup may open (an allowlist) */
 };
 
 void xmp_limits_init(struct xmp_limits *limits); /* everything unlimited */

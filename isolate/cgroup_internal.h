@@ -18,6 +18,7 @@ enum {
     XMP_CG_CPUSET = 1u << 3,
     XMP_CG_PIDS = 1u << 4,
     XMP_CG_FREEZER = 1u << 5,
+    XMP_CG_DEVICES = 1u << 6,
 };
 
 struct xmp_cg_hier {
@@ -84,6 +85,7 @@ struct xmp_cg_layout {
     bool encl_known;
     size_t n_encl;
     struct xmp_cg_encl encl[XMP_CG_MAX_ENCL]; /* innermost (xmprun's own cgroup) first */
+    struct xmp_dev_prog dev_prog; /* the job's last BPF device program, shared by its workers */
 };
 
 struct xmp_cg_ops;

@@ -91,6 +91,9 @@ v1_values(const struct xmp_cgroup *cg, const struct xmp_limits *l, unsigned mask
     } else if (l->has_cpus) {
         return need(lay, XMP_CG_CPUSET, "cpuset", "a cpuset", err);
     }
+    if (l->has_devices && lay->unified < 0 &&
+        need(lay, XMP_CG_DEVICES, "devices", "device filtering (isolation.devices)", err) < 0)
+        return -1;
     if (l->pids >= 0) {
         if ((i = need(lay, XMP_CG_PIDS, "pids", "a process limit", err)) < 0)
             return -1;
@@ -126,6 +129,8 @@ v1_mask(const struct xmp_cgroup *cg, const struct xmp_limits *l)
         want |= XMP_CG_CPUSET;
     if (l->pids >= 0)
         want |= XMP_CG_PIDS;
+    if (l->has_devices && lay->unified < 0)
+        want |= XMP_CG_DEVICES;
     if (lay->unified < 0 || !lay->caps.v2_cpu_stat)
         want |= XMP_CG_CPUACCT;
     for (size_t i = 0; i < lay->n; i++)
@@ -223,6 +228,11 @@ v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
         goto fail;
     if (xmp_cg_lc_create(cg, mask & ~(u >= 0 ? 1u << u : 0u), &vals, err) < 0)
         goto fail;
+    /* Legacy: the devices controller, whose list takes one write per rule (more than
+     * libcgroup's one value per file can carry), written once the directory exists. */
+    if (limits->has_devices && u < 0 &&
+        xmp_devices_write_v1(cg->dir[hier_of(lay, XMP_CG_DEVICES)], &limits->devices, err) < 0)
+        goto fail;
     m = hier_of(lay, XMP_CG_MEMORY);
     if (m >= 0 && cg->parent == NULL) {
         /* Children count against the job's limit only with use_hierarchy, which must be set
@@ -240,9 +250,21 @@ v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
             xmp_error_set(err, errno, "open `%s`", cg->dir[u]);
             goto fail;
         }
+        /* Hybrid: the kernel runs the device programs of a process's cgroup2 cgroup whatever
+         * is mounted beside it, and the worker is in its tracking directory from its clone3
+         * on. That spares the worker a directory and a cgroup.procs write in one more v1
+         * hierarchy (the write takes the cgroup threadgroup lock), which cost more than the
+         * rest of the isolation together at launch. */
+        if (limits->has_devices &&
+            xmp_devices_attach_bpf(cg->dirfd, &limits->devices, &lay->dev_prog, err) < 0)
+            goto fail;
     }
     return 0;
 fail:
+    if (cg->dirfd >= 0) {
+        close(cg->dirfd);
+        cg->dirfd = -1;
+    }
     /* None of the directories existed before (the job's were checked, a child's are new in a
      * new job directory), so removing every one it may have made is safe. */
     remove_created(cg, mask | (u >= 0 ? 1u << u : 0u));

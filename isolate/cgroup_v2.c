@@ -323,6 +323,12 @@ v2_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
         xmp_error_set(err, errno, "open `%s`", dir);
         goto fail;
     }
+    if (limits->has_devices &&
+        xmp_devices_attach_bpf(cg->dirfd, &limits->devices, &lay->dev_prog, err) < 0) {
+        close(cg->dirfd);
+        cg->dirfd = -1;
+        goto fail;
+    }
     return 0;
 fail:
     rmdir(dir);

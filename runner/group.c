@@ -469,6 +469,14 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
     else
         rep->state = XMP_WORKER_EXITED;
 
+    /* SIGSYS under a filter that kills is the filter's doing; the kernel's audit record of
+     * the kill names the call. */
+    rep->seccomp_profile = NULL;
+    rep->seccomp_syscall[0] = '\0';
+    if (rep->state == XMP_WORKER_SIGNALED && rep->signal == SIGSYS && sv->iso.kill_label != NULL) {
+        rep->seccomp_profile = sv->iso.kill_label;
+        xmp_seccomp_killed_by(rep->pid, rep->seccomp_syscall, sizeof(rep->seccomp_syscall));
+    }
     read_error_file(rep, w->pw->error_file);
 
     ep_del(sv, w->pidfd);
@@ -664,7 +672,8 @@ environ_put(char **env, const char *name, int value)
 static char **
 worker_environ(struct xmp_supervisor *sv, const struct xmp_plan_worker *pw)
 {
-    char **env = xmp_plan_worker_environ(&sv->plan, pw, sv->opts->environ);
+    char **env = xmp_isolation_environ(&sv->iso, sv->spec,
+                                       xmp_plan_worker_environ(&sv->plan, pw, sv->opts->environ));
     bool spec_sets = false;
 
     for (size_t i = 0; i < sv->spec->env_len; i++)
@@ -749,7 +758,7 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
         .envp = w->environ,
         .workdir = sv->plan.workdir,
         .cpus = w->has_cpus ? &w->cpus : NULL,
-        .no_new_privs = spec->no_new_privs,
+        .confine = &sv->iso.confine,
         .stdin_fd = sv->stdin_fd,
         .stdout_fd = po[1],
         .stderr_fd = pe[1],

@@ -5,6 +5,7 @@
 
 #include "isolate/cgroup.h"
 #include "runner/host.h"
+#include "runner/isolation.h"
 #include "runner/output.h"
 #include "runner/plan.h"
 #include "runner/report.h"
@@ -61,7 +62,8 @@ struct xmp_zygote {
     struct xmp_cgroup *cg;
     char **environ;
     char *path;
-    int sock; /* xmprun's end of the socketpair; -1 when none */
+    struct xmp_confine confine; /* the zygote's own: no_new_privs only */
+    int sock;                   /* xmprun's end of the socketpair; -1 when none */
     pid_t pid;
     int pidfd;
     struct xmp_spawned spawned;
@@ -80,6 +82,7 @@ struct xmp_supervisor {
     const struct xmp_run_options *opts;
     struct xmp_host host;
     struct xmp_plan plan;
+    struct xmp_isolation iso; /* seccomp filter, rlimits, user: the same for every worker */
     bool have_host;
     bool have_plan;
     enum xmp_cgroup_mode mode;

@@ -446,7 +446,7 @@ read_gpu_information(const char *path, struct xmp_device *dev, struct xmp_error 
 {
     cleanup_fclose FILE *f = fopen(path, "re");
     char line[512];
-    char bus[64] = "";
+    char bus[64] = "", minor[32] = "";
 
     if (f == NULL)
         return xmp_error_set(err, errno, "open `%s`", path);
@@ -455,6 +455,8 @@ read_gpu_information(const char *path, struct xmp_device *dev, struct xmp_error 
             continue;
         if (info_field(line, "GPU UUID:", dev->uuid, sizeof(dev->uuid)))
             continue;
+        if (info_field(line, "Device Minor:", minor, sizeof(minor)))
+            dev->dev_minor = (int)strtol(minor, NULL, 10);
         info_field(line, "Bus Location:", bus, sizeof(bus));
     }
     if (bus[0] == '\0')
@@ -493,6 +495,8 @@ discover_gpus_procfs(struct xmp_host *host, struct xmp_error *err)
             continue;
         memset(&dev, 0, sizeof(dev));
         dev.kind = XMP_DEVICE_CUDA;
+        dev.dev_major = host->nvidia_major;
+        dev.dev_minor = -1;
         snprintf(path, sizeof(path), "%s/%s/information", dir_path, de->d_name);
         if (read_gpu_information(path, &dev, err) < 0) {
             ret = -1;
@@ -581,6 +585,7 @@ discover_gpus_nvml(struct xmp_host *host, struct xmp_error *err)
         memset(&dev, 0, sizeof(dev));
         memset(&pci, 0, sizeof(pci));
         dev.kind = XMP_DEVICE_CUDA;
+        dev.dev_major = dev.dev_minor = -1;
         if (api.handle(i, &h) != 0 || api.pci(h, &pci) != 0)
             goto out;
         normalize_pci(pci.bus_id, dev.pci, sizeof(dev.pci));
@@ -594,11 +599,15 @@ discover_gpus_nvml(struct xmp_host *host, struct xmp_error *err)
             goto out;
         }
     }
-    /* Keep procfs's model text where NVML had none. */
+    /* Keep procfs's model text where NVML had none, and its device node numbers. */
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < host->n_gpus; j++)
-            if (strcmp(devs[i].pci, host->gpus[j].pci) == 0 && devs[i].model[0] == '\0')
-                memcpy(devs[i].model, host->gpus[j].model, sizeof(devs[i].model));
+            if (strcmp(devs[i].pci, host->gpus[j].pci) == 0) {
+                if (devs[i].model[0] == '\0')
+                    memcpy(devs[i].model, host->gpus[j].model, sizeof(devs[i].model));
+                devs[i].dev_major = host->gpus[j].dev_major;
+                devs[i].dev_minor = host->gpus[j].dev_minor;
+            }
     free(host->gpus);
     host->gpus = steal_pointer(&devs);
     host->n_gpus = n;
@@ -611,6 +620,55 @@ out:
 }
 
 /* ---- TPU chips ---------------------------------------------------------------------------- */
+
+/* "major:minor" from a sysfs dev file. */
+static bool
+read_devnum(const char *path, int *major, int *minor)
+{
+    char text[32];
+
+    return read_small_file(path, text, sizeof(text)) == 0 &&
+           sscanf(text, "%d:%d", major, minor) == 2;
+}
+
+/* A chip's device node: the accel class device below its PCI device (/dev/accel<N>, newer
+ * drivers), else its VFIO group (/dev/vfio/<group>, where libtpu opens the chip through VFIO). */
+static void
+tpu_node(const struct xmp_host *host, const char *addr, struct xmp_device *dev)
+{
+    char path[4096 + 300], link[4096];
+    DIR *dir;
+    struct dirent *de;
+    ssize_t n;
+
+    dev->dev_major = dev->dev_minor = -1;
+    host_path(host, path, sizeof(path), "/sys/bus/pci/devices/", addr);
+    strncat(path, "/accel", sizeof(path) - strlen(path) - 1);
+    if ((dir = opendir(path)) != NULL) {
+        while ((de = readdir(dir)) != NULL) {
+            char dev_path[sizeof(path) + 300];
+            if (strncmp(de->d_name, "accel", 5) != 0)
+                continue;
+            snprintf(dev_path, sizeof(dev_path), "%s/%s/dev", path, de->d_name);
+            if (read_devnum(dev_path, &dev->dev_major, &dev->dev_minor))
+                break;
+        }
+        closedir(dir);
+        if (dev->dev_major >= 0)
+            return;
+    }
+    host_path(host, path, sizeof(path), "/sys/bus/pci/devices/", addr);
+    strncat(path, "/iommu_group", sizeof(path) - strlen(path) - 1);
+    n = readlink(path, link, sizeof(link) - 1);
+    if (n <= 0)
+        return;
+    link[n] = '\0';
+    const char *group = strrchr(link, '/') != NULL ? strrchr(link, '/') + 1 : link;
+    host_path(host, path, sizeof(path), "/sys/class/vfio/", group);
+    strncat(path, "/dev", sizeof(path) - strlen(path) - 1);
+    if (!read_devnum(path, &dev->dev_major, &dev->dev_minor))
+        dev->dev_major = dev->dev_minor = -1;
+}
 
 static int
 discover_tpus(struct xmp_host *host, struct xmp_error *err)
@@ -640,6 +698,7 @@ discover_tpus(struct xmp_host *host, struct xmp_error *err)
         memset(&dev, 0, sizeof(dev));
         dev.kind = XMP_DEVICE_TPU;
         normalize_pci(de->d_name, dev.pci, sizeof(dev.pci));
+        tpu_node(host, de->d_name, &dev);
         snprintf(dev.model, sizeof(dev.model), "TPU %s", version);
         snprintf(host->tpu_version, sizeof(host->tpu_version), "%s", version);
         if (read_pci_locality(host, &dev, err) < 0 ||
@@ -685,6 +744,50 @@ discover_hostname(struct xmp_host *host, bool real, struct xmp_error *err)
     return 0;
 }
 
+/* The character majors the drivers registered (/proc/devices), for the shared nodes. */
+static void
+discover_majors(struct xmp_host *host)
+{
+    char path[4096], line[256];
+    int uvm = -1, vfio = -1;
+    FILE *f;
+
+    host->nvidia_major = 195; /* NV_MAJOR_DEVICE_NUMBER, fixed in the driver */
+    host_path(host, path, sizeof(path), "/proc/devices", "");
+    if ((f = fopen(path, "re")) != NULL) {
+        bool chars = false;
+        while (fgets(line, sizeof(line), f) != NULL) {
+            char name[64];
+            int major;
+            if (strncmp(line, "Character devices:", 18) == 0)
+                chars = true;
+            else if (strncmp(line, "Block devices:", 14) == 0)
+                chars = false;
+            else if (chars && sscanf(line, "%d %63s", &major, name) == 2) {
+                if (strcmp(name, "nvidia-frontend") == 0 || strcmp(name, "nvidia") == 0)
+                    host->nvidia_major = major;
+                else if (strcmp(name, "nvidia-uvm") == 0)
+                    uvm = major;
+                else if (strcmp(name, "vfio") == 0)
+                    vfio = major;
+            }
+        }
+        fclose(f);
+    }
+    /* nvidiactl and nvidia-modeset sit at the top of the driver's minors. */
+    host->gpu_shared[host->n_gpu_shared++] =
+        (struct xmp_devnode){"nvidiactl", host->nvidia_major, 255};
+    host->gpu_shared[host->n_gpu_shared++] =
+        (struct xmp_devnode){"nvidia-modeset", host->nvidia_major, 254};
+    if (uvm >= 0) {
+        host->gpu_shared[host->n_gpu_shared++] = (struct xmp_devnode){"nvidia-uvm", uvm, 0};
+        host->gpu_shared[host->n_gpu_shared++] = (struct xmp_devnode){"nvidia-uvm-tools", uvm, 1};
+    }
+    /* The VFIO container node is the misc device 10:196 (VFIO_MINOR). */
+    if (vfio >= 0)
+        host->tpu_shared[host->n_tpu_shared++] = (struct xmp_devnode){"vfio/vfio", 10, 196};
+}
+
 int
 xmp_host_discover(const char *root, struct xmp_host *out, struct xmp_error *err)
 {
@@ -700,6 +803,7 @@ xmp_host_discover(const char *root, struct xmp_host *out, struct xmp_error *err)
         while (len > 1 && host.root[len - 1] == '/')
             host.root[--len] = '\0';
     }
+    discover_majors(&host);
     if (discover_allowed(&host, real, err) < 0 || discover_hostname(&host, real, err) < 0 ||
         discover_cores(&host, err) < 0 || discover_numa(&host, err) < 0 ||
         discover_gpus_procfs(&host, err) < 0 || (real && discover_gpus_nvml(&host, err) < 0) ||

@@ -30,6 +30,17 @@ struct xmp_device {
     int numa_node;  /* -1 when unknown */
     cpu_set_t
         local_cpus; /* CPUs local to the device, intersected with the allowed set; may be empty */
+    /* Its character device node, for the device filter: /dev/nvidia<minor> (the driver's
+     * "Device Minor"), /dev/accel<N> or /dev/vfio/<iommu group> (sysfs). -1 when unknown. */
+    int dev_major;
+    int dev_minor;
+};
+
+/* A character device node by number, with the name it has under /dev (for messages). */
+struct xmp_devnode {
+    char name[32];
+    int major;
+    int minor;
 };
 
 /* One NUMA node: its id (node<id> in sysfs) and its CPUs intersected with the allowed set. */
@@ -54,6 +65,14 @@ struct xmp_host {
     bool nvml;    /* NVML was loaded and confirmed the GPU list (real root only) */
     int *core_of; /* CPU_SETSIZE entries: the lowest CPU of each allowed CPU's core (its thread
                    * siblings); NULL when sysfs has no topology */
+    /* The nodes every worker of the kind shares: nvidiactl, nvidia-uvm, nvidia-uvm-tools,
+     * nvidia-modeset for CUDA; /dev/vfio/vfio for TPUs behind VFIO. Majors from /proc/devices
+     * (the driver's fixed 195 for nvidia when it is not listed there). */
+    int nvidia_major;
+    struct xmp_devnode gpu_shared[4];
+    size_t n_gpu_shared;
+    struct xmp_devnode tpu_shared[1];
+    size_t n_tpu_shared;
 };
 
 /* Discovers the host below root (NULL or "" means "/"). For a fixture root, the allowed CPUs come

@@ -81,6 +81,13 @@ device_json(const struct xmp_device *d)
     json_object_set_new(o, "model", json_string_or_null(d->model));
     json_object_set_new(o, "numa_node", json_int_or_null(d->numa_node));
     json_object_set_new(o, "local_cpus", cpulist_json(&d->local_cpus));
+    if (d->dev_major >= 0 && d->dev_minor >= 0) {
+        char node[32];
+        snprintf(node, sizeof(node), "%d:%d", d->dev_major, d->dev_minor);
+        json_object_set_new(o, "node", json_string(node));
+    } else {
+        json_object_set_new(o, "node", json_null());
+    }
     return o;
 }
 
@@ -130,6 +137,18 @@ worker_json(const struct xmp_plan_worker *w)
                         w->limits.cpus_milli > 0 ? json_real((double)w->limits.cpus_milli / 1000.0)
                                                  : json_null());
     json_object_set_new(limits, "pids", json_int_or_null(w->limits.pids));
+    /* isolation.devices: the device nodes the worker may open (v1 devices.allow syntax). */
+    if (w->limits.has_devices) {
+        json_t *devs = json_array();
+        for (size_t i = 0; i < w->limits.devices.n; i++) {
+            char rule[64];
+            xmp_devices_format(&w->limits.devices.r[i], rule, sizeof(rule));
+            json_array_append_new(devs, json_string(rule));
+        }
+        json_object_set_new(limits, "devices", devs);
+    } else {
+        json_object_set_new(limits, "devices", json_null());
+    }
     json_object_set_new(o, "limits", limits);
     /* w->env is sorted by name already. */
     for (size_t i = 0; i < w->env_len; i++)

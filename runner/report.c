@@ -258,6 +258,12 @@ describe(const struct xmp_worker_report *w, const char *who, char *buf, size_t s
     case XMP_WORKER_SIGNALED:
     case XMP_WORKER_STOPPED_BY_XMPRUN:
     case XMP_WORKER_TIMEOUT:
+        if (w->signal == SIGSYS && w->seccomp_profile != NULL) {
+            snprintf(buf, size, "%s was killed by its seccomp profile (%s)%s%s%s", who,
+                     w->seccomp_profile, w->seccomp_syscall[0] ? " for calling `" : "",
+                     w->seccomp_syscall, w->seccomp_syscall[0] ? "`" : "");
+            return;
+        }
         if (w->signal > 0) {
             char lower[96];
             xmp_signal_name(w->signal, sig, sizeof(sig));

@@ -82,6 +82,10 @@ struct xmp_worker_report {
      * a regular file. */
     char error_file_note[320];
     char start_error[256]; /* failed_to_start: "exec `x`: No such file or directory" */
+    /* Killed by its seccomp filter (SIGSYS under a filter that kills): the profile's name
+     * (borrowed; NULL otherwise) and the syscall's name when the kernel's audit record gave it. */
+    const char *seccomp_profile;
+    char seccomp_syscall[64];
 };
 
 /* A failure that led to a restart of the whole group. */

@@ -227,8 +227,6 @@ xmp_spawn_child_setup(const struct xmp_spawn_args *a, struct xmp_error *err)
         return xmp_error_set(err, errno, "sched_setaffinity");
     if (restore_inherited_nofile(a, err) < 0)
         return -1;
-    if (a->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-        return xmp_error_set(err, errno, "prctl(PR_SET_NO_NEW_PRIVS)");
     int fds[3] = {a->stdin_fd, a->stdout_fd, a->stderr_fd};
     for (int target = 0; target <= 2; target++) {
         int fd = fds[target];
@@ -261,6 +259,11 @@ child_main(const struct xmp_spawn_args *a, int errfd, int gatefd, pid_t parent)
     struct xmp_error err = {0};
 
     if (xmp_spawn_child_enter(a, gatefd, parent, &err) < 0 || xmp_spawn_child_setup(a, &err) < 0)
+        xmp_spawn_child_fail(errfd, &err, 125);
+
+    /* Last before exec: the seccomp filter it ends with then has to allow only execve (and
+     * the write and exit of a failed one). */
+    if (a->confine != NULL && xmp_confine_apply(a->confine, &err) < 0)
         xmp_spawn_child_fail(errfd, &err, 125);
 
     if (strchr(a->path, '/') == NULL) {

@@ -1,10 +1,11 @@
 /* Starting one worker: clone3 straight into its cgroup (or fork and attach), the child's setup
- * (signals, process group, death signal, workdir, affinity, no_new_privs, stdio) and execve,
- * with a CLOEXEC pipe that tells the parent whether exec worked. */
+ * (signals, process group, death signal, workdir, affinity, stdio, then xmp_confine_apply) and
+ * execve, with a CLOEXEC pipe that tells the parent whether exec worked. */
 #ifndef XMP_SPAWN_H
 #define XMP_SPAWN_H
 
 #include "isolate/cgroup.h"
+#include "isolate/confine.h"
 #include "isolate/error.h"
 
 #include <sched.h>
@@ -17,11 +18,11 @@ struct xmp_spawn_args {
     const char *path; /* what execve gets: argv[0] resolved against PATH, or as given */
     char *const *argv;
     char *const *envp;
-    const char *workdir;   /* NULL: stay */
-    const cpu_set_t *cpus; /* NULL: inherit xmprun's affinity */
-    bool no_new_privs;
-    int stdin_fd;  /* -1 (or 0) inherits xmprun's */
-    int stdout_fd; /* write ends; -1 inherits xmprun's */
+    const char *workdir;               /* NULL: stay */
+    const cpu_set_t *cpus;             /* NULL: inherit xmprun's affinity */
+    const struct xmp_confine *confine; /* applied last before execve; NULL: none */
+    int stdin_fd;                      /* -1 (or 0) inherits xmprun's */
+    int stdout_fd;                     /* write ends; -1 inherits xmprun's */
     int stderr_fd;
     const struct xmp_cgroup *cg; /* NULL: no cgroup */
     enum xmp_cgroup_mode mode;
@@ -82,7 +83,9 @@ int xmp_spawn_read_status(struct xmp_spawned *sp, bool block);
  * until xmprun has put it into its cgroups. */
 int xmp_spawn_child_enter(const struct xmp_spawn_args *a, int gatefd, pid_t parent,
                           struct xmp_error *err);
-/* setup, once in its cgroups: workdir, affinity, no_new_privs, stdio, and the fds it keeps. */
+/* setup, once in its cgroups: workdir, affinity, stdio, and the fds it keeps. Then the caller
+ * applies a->confine (rlimits, user, no_new_privs, seccomp) last, just before it execs or runs
+ * the user's function. */
 int xmp_spawn_child_setup(const struct xmp_spawn_args *a, struct xmp_error *err);
 /* Writes err to the status pipe fd and exits with code. */
 void xmp_spawn_child_fail(int fd, struct xmp_error *err, int code) __attribute__((noreturn));

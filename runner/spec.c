@@ -173,8 +173,8 @@ build_specless(struct xmp_tree *t, const struct xmp_spec_source *src)
     return root;
 }
 
-static char *
-read_spec_file(struct xmp_diag_sink *ds, const char *path, size_t *len)
+char *
+xmp_spec_read_file(struct xmp_diag_sink *ds, const char *path, const char *what, size_t *len)
 {
     cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
     cleanup_free char *buf = NULL;
@@ -182,11 +182,11 @@ read_spec_file(struct xmp_diag_sink *ds, const char *path, size_t *len)
     struct stat st;
 
     if (fd < 0 || fstat(fd, &st) < 0) {
-        xmp_sink_add(ds, path, 0, 0, "cannot read the spec: %s", strerror(errno));
+        xmp_sink_add(ds, path, 0, 0, "cannot read the %s: %s", what, strerror(errno));
         return NULL;
     }
     if (S_ISDIR(st.st_mode)) {
-        xmp_sink_add(ds, path, 0, 0, "cannot read the spec: it is a directory");
+        xmp_sink_add(ds, path, 0, 0, "cannot read the %s: it is a directory", what);
         return NULL;
     }
     for (;;) {
@@ -205,7 +205,7 @@ read_spec_file(struct xmp_diag_sink *ds, const char *path, size_t *len)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            xmp_sink_add(ds, path, 0, 0, "cannot read the spec: %s", strerror(errno));
+            xmp_sink_add(ds, path, 0, 0, "cannot read the %s: %s", what, strerror(errno));
             return NULL;
         }
         if (n == 0)
@@ -213,7 +213,7 @@ read_spec_file(struct xmp_diag_sink *ds, const char *path, size_t *len)
         size += (size_t)n;
     }
     if (size > XMP_SPEC_MAX_BYTES) {
-        xmp_sink_add(ds, path, 0, 0, "the spec is too large (more than %u MiB)",
+        xmp_sink_add(ds, path, 0, 0, "the %s is too large (more than %u MiB)", what,
                      XMP_SPEC_MAX_BYTES >> 20);
         return NULL;
     }
@@ -238,7 +238,7 @@ load_file(struct xmp_tree *t, struct xmp_diag_sink *ds, const struct xmp_spec_so
         return NULL;
     }
     if (text == NULL) {
-        owned = read_spec_file(ds, src->path, &len);
+        owned = xmp_spec_read_file(ds, src->path, "spec", &len);
         if (owned == NULL)
             return NULL;
         text = owned;
@@ -330,6 +330,8 @@ xmp_spec_free(struct xmp_spec *spec)
     free_strv(spec->device_ids);
     free(spec->worker.cpuset);
     free(spec->seccomp_profile);
+    free(spec->seccomp_rules.rules);
+    free(spec->user);
     free(spec->log_dir);
     free(spec->report);
     free(spec->master_addr);

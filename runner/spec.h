@@ -3,6 +3,7 @@
 #ifndef XMP_SPEC_H
 #define XMP_SPEC_H
 
+#include "isolate/seccomp.h"
 #include "runner/host.h"
 
 #include <stdbool.h>
@@ -49,6 +50,17 @@ struct xmp_env_var {
     char *value;
 };
 
+/* resources.worker.rlimits, in this order. */
+enum xmp_rlimit_kind {
+    XMP_RLIMIT_NOFILE = 0,
+    XMP_RLIMIT_MEMLOCK,
+    XMP_RLIMIT_CORE,
+    XMP_RLIMIT_STACK,
+    XMP_RLIMIT_NPROC,
+    XMP_RLIMIT_N
+};
+extern const char *const xmp_rlimit_names[XMP_RLIMIT_N];
+
 /* Unset integer quantities are -1 throughout. */
 struct xmp_worker_resources {
     int64_t memory;      /* bytes */
@@ -58,6 +70,8 @@ struct xmp_worker_resources {
     enum xmp_cpuset_mode cpuset_mode;
     char *cpuset; /* XMP_CPUSET_LIST: the list as written, validated */
     int64_t pids;
+    bool rlimit_set[XMP_RLIMIT_N]; /* unset ones are inherited */
+    uint64_t rlimit[XMP_RLIMIT_N]; /* soft = hard; RLIM_INFINITY for unlimited */
 };
 
 struct xmp_spec {
@@ -82,8 +96,11 @@ struct xmp_spec {
     enum xmp_start_mode start;
     enum xmp_cgroups_policy cgroups;
     enum xmp_seccomp_mode seccomp;
-    char *seccomp_profile; /* XMP_SECCOMP_PROFILE: path, resolved against workdir */
+    char *seccomp_profile;                 /* XMP_SECCOMP_PROFILE: path, resolved against workdir */
+    struct xmp_scmp_profile seccomp_rules; /* XMP_SECCOMP_PROFILE: the file, validated */
     bool no_new_privs;
+    bool devices; /* isolation.devices: each worker may open only its own device nodes */
+    char *user;   /* isolation.user: NULL = xmprun's own */
     enum xmp_failure_action on_failure;
     int64_t grace_ms;
     long restarts;

@@ -13,6 +13,7 @@
 
 struct xmp_check {
     struct xmp_diag_sink *ds;
+    bool profile; /* checking a seccomp profile: no hints from the spec's keys */
 };
 
 /* The keys the spec knows, as a tree: validation reports unknown keys with it, and --set
@@ -39,6 +40,16 @@ void xmp_join_path(char *buf, size_t size, const char *prefix, const char *key);
  * resolved against cwd. */
 void xmp_spec_validate(struct xmp_check *c, const struct xmp_node *root, const char *cwd,
                        struct xmp_spec *s);
+
+/* Checks that node is a mapping of known keys and fills vals[i] with the value of keys[i]
+ * (NULL when absent). Returns false when node is not a mapping. */
+bool xmp_check_map(struct xmp_check *c, const struct xmp_node *node, const char *path,
+                   const struct xmp_keydef *keys, size_t n, const struct xmp_node **vals);
+
+/* Reads and validates the seccomp profile file at path (named by the spec's node at) into *out;
+ * its problems are reported at their own file:line:col. */
+void xmp_seccomp_profile_check(struct xmp_check *c, const struct xmp_node *at, const char *path,
+                               struct xmp_scmp_profile *out);
 
 void xmp_check_error(struct xmp_check *c, const struct xmp_node *n, const char *path,
                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));

@@ -96,6 +96,10 @@ int xmp_tree_parse(struct xmp_tree *t, struct xmp_diag_sink *ds, const char *fil
                    size_t len, int fixed_line, int col_base, const char *key,
                    struct xmp_node **root);
 
+/* Reads a whole file (at most 16 MiB) for parsing; what ("spec") names it in the diagnostic
+ * added to ds when it cannot be read. NULL then. */
+char *xmp_spec_read_file(struct xmp_diag_sink *ds, const char *path, const char *what, size_t *len);
+
 /* Optimal string alignment distance, for "did you mean" hints. */
 size_t xmp_edit_distance(const char *a, const char *b);
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #define KEYS(a)            a, sizeof(a) / sizeof(a[0])
@@ -21,10 +22,18 @@ enum { D_KIND, D_IDS, D_PER_WORKER, D_N };
 static const struct xmp_keydef device_keys[] = {
     [D_KIND] = {"kind"}, [D_IDS] = {"ids"}, [D_PER_WORKER] = {"per_worker"}};
 
-enum { W_MEMORY, W_MEMORY_HIGH, W_SWAP, W_CPUS, W_CPUSET, W_PIDS, W_N };
-static const struct xmp_keydef worker_keys[] = {
-    [W_MEMORY] = {"memory"}, [W_MEMORY_HIGH] = {"memory_high"}, [W_SWAP] = {"swap"},
-    [W_CPUS] = {"cpus"},     [W_CPUSET] = {"cpuset"},           [W_PIDS] = {"pids"}};
+const char *const xmp_rlimit_names[XMP_RLIMIT_N] = {"nofile", "memlock", "core", "stack", "nproc"};
+static const struct xmp_keydef rlimit_keys[] = {
+    {"nofile"}, {"memlock"}, {"core"}, {"stack"}, {"nproc"}};
+
+enum { W_MEMORY, W_MEMORY_HIGH, W_SWAP, W_CPUS, W_CPUSET, W_PIDS, W_RLIMITS, W_N };
+static const struct xmp_keydef worker_keys[] = {[W_MEMORY] = {"memory"},
+                                                [W_MEMORY_HIGH] = {"memory_high"},
+                                                [W_SWAP] = {"swap"},
+                                                [W_CPUS] = {"cpus"},
+                                                [W_CPUSET] = {"cpuset"},
+                                                [W_PIDS] = {"pids"},
+                                                [W_RLIMITS] = {"rlimits", KEYS(rlimit_keys)}};
 
 static const struct xmp_keydef memory_keys[] = {{"memory"}};
 
@@ -33,9 +42,12 @@ static const struct xmp_keydef resource_keys[] = {[R_WORKER] = {"worker", KEYS(w
                                                   [R_JOB] = {"job", KEYS(memory_keys)},
                                                   [R_SHARED] = {"shared", KEYS(memory_keys)}};
 
-enum { I_CGROUPS, I_SECCOMP, I_NO_NEW_PRIVS, I_N };
-static const struct xmp_keydef isolation_keys[] = {
-    [I_CGROUPS] = {"cgroups"}, [I_SECCOMP] = {"seccomp"}, [I_NO_NEW_PRIVS] = {"no_new_privs"}};
+enum { I_CGROUPS, I_SECCOMP, I_NO_NEW_PRIVS, I_DEVICES, I_USER, I_N };
+static const struct xmp_keydef isolation_keys[] = {[I_CGROUPS] = {"cgroups"},
+                                                   [I_SECCOMP] = {"seccomp"},
+                                                   [I_NO_NEW_PRIVS] = {"no_new_privs"},
+                                                   [I_DEVICES] = {"devices"},
+                                                   [I_USER] = {"user"}};
 
 enum { F_ACTION, F_GRACE, F_RESTARTS, F_N };
 static const struct xmp_keydef failure_keys[] = {
@@ -194,11 +206,30 @@ xmp_unknown_key(struct xmp_diag_sink *ds, const char *file, int line, int col, c
         xmp_sink_add(ds, file, line, col, "%s: unknown key", path);
 }
 
-/* Checks that node is a mapping of known keys and fills vals[i] with the value of keys[i]
- * (NULL when absent). Returns false when node is not a mapping. */
-static bool
-walk_map(struct xmp_check *c, const struct xmp_node *node, const char *path,
-         const struct xmp_keydef *keys, size_t n, const struct xmp_node **vals)
+static void
+unknown_key(struct xmp_check *c, const struct xmp_node *key, const char *kpath,
+            const struct xmp_keydef *keys, size_t n)
+{
+    const char *names[T_N];
+    const char *hint;
+
+    if (!c->profile) {
+        xmp_unknown_key(c->ds, key->file, key->line, key->col, kpath, key->text, keys, n);
+        return;
+    }
+    /* A profile's keys are few; a hint from the job spec's keys would mislead. */
+    for (size_t i = 0; i < n && i < T_N; i++)
+        names[i] = keys[i].name;
+    hint = xmp_suggest(key->text, names, n < T_N ? n : T_N);
+    if (hint != NULL)
+        xmp_check_error(c, key, kpath, "unknown key (did you mean \"%s\"?)", hint);
+    else
+        xmp_check_error(c, key, kpath, "unknown key");
+}
+
+bool
+xmp_check_map(struct xmp_check *c, const struct xmp_node *node, const char *path,
+              const struct xmp_keydef *keys, size_t n, const struct xmp_node **vals)
 {
     char got[128], kpath[256];
 
@@ -213,7 +244,7 @@ walk_map(struct xmp_check *c, const struct xmp_node *node, const char *path,
         size_t idx;
         xmp_join_path(kpath, sizeof(kpath), path, key->text);
         if (xmp_find_key(keys, n, key->text, &idx) == NULL)
-            xmp_unknown_key(c->ds, key->file, key->line, key->col, kpath, key->text, keys, n);
+            unknown_key(c, key, kpath, keys, n);
         else if (vals[idx] == NULL)
             vals[idx] = node->pairs[i].value;
     }
@@ -401,7 +432,7 @@ check_devices(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *s)
     const struct xmp_node *v[D_N];
     int kind;
 
-    if (!walk_map(c, n, "devices", device_keys, D_N, v))
+    if (!xmp_check_map(c, n, "devices", device_keys, D_N, v))
         return;
     /* "gpu" is one edit from "tpu", but a user who writes it means CUDA. */
     if (v[D_KIND] && v[D_KIND]->kind == XMP_NODE_SCALAR &&
@@ -422,6 +453,37 @@ check_devices(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *s)
                       &s->per_worker);
 }
 
+/* resources.worker.rlimits: each an integer >= 0 or "unlimited", set as both the soft and the
+ * hard limit, as `docker run --ulimit nofile=N` does. */
+static void
+check_rlimits(struct xmp_check *c, const struct xmp_node *n, struct xmp_worker_resources *w)
+{
+    const struct xmp_node *v[XMP_RLIMIT_N];
+    char path[64], got[128];
+    long value;
+
+    if (!xmp_check_map(c, n, "resources.worker.rlimits", rlimit_keys, XMP_RLIMIT_N, v))
+        return;
+    for (size_t i = 0; i < XMP_RLIMIT_N; i++) {
+        if (v[i] == NULL)
+            continue;
+        snprintf(path, sizeof(path), "resources.worker.rlimits.%s", xmp_rlimit_names[i]);
+        if (v[i]->kind == XMP_NODE_SCALAR && strcmp(v[i]->text, "unlimited") == 0) {
+            w->rlimit_set[i] = true;
+            w->rlimit[i] = RLIM_INFINITY;
+        } else if (v[i]->kind == XMP_NODE_SCALAR && !v[i]->quoted &&
+                   (v[i]->text[0] >= '0' && v[i]->text[0] <= '9')) {
+            if (xmp_check_int(c, v[i], path, 0, LONG_MAX, false, 0, &value)) {
+                w->rlimit_set[i] = true;
+                w->rlimit[i] = (uint64_t)value;
+            }
+        } else {
+            xmp_describe(v[i], got, sizeof(got));
+            xmp_check_error(c, v[i], path, "expected an integer >= 0 or unlimited, got %s", got);
+        }
+    }
+}
+
 static void
 check_worker_resources(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *s)
 {
@@ -429,7 +491,7 @@ check_worker_resources(struct xmp_check *c, const struct xmp_node *n, struct xmp
     struct xmp_worker_resources *w = &s->worker;
     long pids;
 
-    if (!walk_map(c, n, "resources.worker", worker_keys, W_N, v))
+    if (!xmp_check_map(c, n, "resources.worker", worker_keys, W_N, v))
         return;
     if (v[W_MEMORY])
         xmp_check_memory(c, v[W_MEMORY], "resources.worker.memory", false, &w->memory);
@@ -465,6 +527,8 @@ check_worker_resources(struct xmp_check *c, const struct xmp_node *n, struct xmp
     if (v[W_PIDS] &&
         xmp_check_int(c, v[W_PIDS], "resources.worker.pids", 1, INT_MAX, false, 0, &pids))
         w->pids = pids;
+    if (v[W_RLIMITS])
+        check_rlimits(c, v[W_RLIMITS], w);
 }
 
 static void
@@ -472,14 +536,14 @@ check_resources(struct xmp_check *c, const struct xmp_node *n, bool start_ok, st
 {
     const struct xmp_node *v[R_N], *m[1];
 
-    if (!walk_map(c, n, "resources", resource_keys, R_N, v))
+    if (!xmp_check_map(c, n, "resources", resource_keys, R_N, v))
         return;
     if (v[R_WORKER])
         check_worker_resources(c, v[R_WORKER], s);
-    if (v[R_JOB] && walk_map(c, v[R_JOB], "resources.job", memory_keys, 1, m) && m[0])
+    if (v[R_JOB] && xmp_check_map(c, v[R_JOB], "resources.job", memory_keys, 1, m) && m[0])
         xmp_check_memory(c, m[0], "resources.job.memory", false, &s->job_memory);
-    if (v[R_SHARED] && walk_map(c, v[R_SHARED], "resources.shared", memory_keys, 1, m) && m[0] &&
-        xmp_check_memory(c, m[0], "resources.shared.memory", false, &s->shared_memory)) {
+    if (v[R_SHARED] && xmp_check_map(c, v[R_SHARED], "resources.shared", memory_keys, 1, m) &&
+        m[0] && xmp_check_memory(c, m[0], "resources.shared.memory", false, &s->shared_memory)) {
         /* Only a zygote has pages to share; in exec mode the budget would limit nothing. A bad
          * start value has its own error already. */
         if (start_ok && s->start != XMP_START_FORK)
@@ -542,7 +606,7 @@ check_isolation(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *
     const char *text;
     int idx;
 
-    if (!walk_map(c, n, "isolation", isolation_keys, I_N, v))
+    if (!xmp_check_map(c, n, "isolation", isolation_keys, I_N, v))
         return;
     if (v[I_CGROUPS] && xmp_check_enum(c, v[I_CGROUPS], "isolation.cgroups", cgroups_names,
                                        COUNT(cgroups_names), &idx))
@@ -564,8 +628,8 @@ check_isolation(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *
         } else if (strcmp(text, "off") == 0) {
             s->seccomp = XMP_SECCOMP_OFF;
         } else {
-            /* Any other word is a profile path; relative to the workdir, like the command. The
-             * seccomp module reads it, so a missing file is its error, at run time. */
+            /* Any other word is a profile path; relative to the workdir, like the command. It
+             * is read and validated with the spec, below. */
             s->seccomp = XMP_SECCOMP_PROFILE;
             if (text[0] == '/')
                 s->seccomp_profile = xmp_xstrdup(text);
@@ -575,6 +639,15 @@ check_isolation(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *
     }
     if (v[I_NO_NEW_PRIVS])
         xmp_check_bool(c, v[I_NO_NEW_PRIVS], "isolation.no_new_privs", &s->no_new_privs);
+    if (v[I_DEVICES])
+        xmp_check_bool(c, v[I_DEVICES], "isolation.devices", &s->devices);
+    /* Whether the user exists is checked at run time, where the user database is the one the
+     * workers will run with (a spec may be validated on another host). */
+    if (v[I_USER] && xmp_check_string(c, v[I_USER], "isolation.user", true, &text) &&
+        text[0] != '\0')
+        s->user = xmp_xstrdup(text);
+    if (s->seccomp == XMP_SECCOMP_PROFILE && s->seccomp_profile != NULL)
+        xmp_seccomp_profile_check(c, v[I_SECCOMP], s->seccomp_profile, &s->seccomp_rules);
 }
 
 static void
@@ -583,7 +656,7 @@ check_on_failure(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec 
     const struct xmp_node *v[F_N];
     int idx;
 
-    if (!walk_map(c, n, "on_failure", failure_keys, F_N, v))
+    if (!xmp_check_map(c, n, "on_failure", failure_keys, F_N, v))
         return;
     if (v[F_ACTION] && xmp_check_enum(c, v[F_ACTION], "on_failure.action", action_names,
                                       COUNT(action_names), &idx))
@@ -601,7 +674,7 @@ check_logs(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *s)
     const char *text;
     int idx;
 
-    if (!walk_map(c, n, "logs", log_keys, L_N, v))
+    if (!xmp_check_map(c, n, "logs", log_keys, L_N, v))
         return;
     if (v[L_CONSOLE] &&
         xmp_check_enum(c, v[L_CONSOLE], "logs.console", console_names, COUNT(console_names), &idx))
@@ -620,7 +693,7 @@ check_distributed(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec
     const char *text;
     bool nn_ok = true, nr_ok = true;
 
-    if (!walk_map(c, n, "distributed", dist_keys, N_N, v))
+    if (!xmp_check_map(c, n, "distributed", dist_keys, N_N, v))
         return;
     if (v[N_NNODES])
         nn_ok =
@@ -658,6 +731,7 @@ set_defaults(struct xmp_spec *s)
     s->cgroups = XMP_CGROUPS_REQUIRED;
     s->seccomp = XMP_SECCOMP_DEFAULT;
     s->no_new_privs = true;
+    s->devices = true;
     s->inherit_env = true;
     s->on_failure = XMP_FAILURE_KILL_ALL;
     s->grace_ms = 5000; /* fits inside Docker/Podman's 10 s stop timeout (SPEC.md) */
@@ -680,7 +754,7 @@ xmp_spec_validate(struct xmp_check *c, const struct xmp_node *root, const char *
     int idx;
 
     set_defaults(s);
-    if (!walk_map(c, root, "", xmp_spec_keys, T_N, v))
+    if (!xmp_check_map(c, root, "", xmp_spec_keys, T_N, v))
         return;
     for (size_t i = 0; i < 3; i++) {
         static const int required[] = {T_VERSION, T_NAME, T_COMMAND};

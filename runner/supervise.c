@@ -266,6 +266,10 @@ setup_workers(struct xmp_supervisor *sv, struct xmp_error *err)
         if (mkdir(sv->plan.run_dir, 0700) < 0)
             return xmp_error_set(err, errno, "mkdir `%s`", sv->plan.run_dir);
         sv->made_run_dir = true;
+        /* Workers running as isolation.user write their error files there. */
+        if (sv->iso.confine.change_user &&
+            chown(sv->plan.run_dir, sv->iso.confine.uid, sv->iso.confine.gid) < 0)
+            return xmp_error_set(err, errno, "chown `%s`", sv->plan.run_dir);
     }
     if (sv->spec->log_dir != NULL && mkdir(sv->spec->log_dir, 0755) < 0 && errno != EEXIST)
         return xmp_error_set(err, errno, "logs.dir: mkdir `%s`", sv->spec->log_dir);
@@ -492,6 +496,7 @@ cleanup(struct xmp_supervisor *sv)
         xmp_plan_free(&sv->plan);
     if (sv->have_host)
         xmp_host_free(&sv->host);
+    xmp_isolation_free(&sv->iso);
     xmp_report_release(&sv->report);
 }
 
@@ -557,15 +562,9 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
     }
     if (check_fd_budget(&sv, &err) < 0)
         goto setup_failed;
-    /* Likewise a filter the user asked for by name must not silently not be there. The
-     * default profile is not built yet either; that is said in the README, not on every run. */
-    if (spec->seccomp == XMP_SECCOMP_STRICT || spec->seccomp == XMP_SECCOMP_PROFILE) {
-        xmp_error_set(&err, 0,
-                      "isolation.seccomp: %s is not supported by this xmprun yet; use default or "
-                      "off",
-                      spec->seccomp == XMP_SECCOMP_STRICT ? "strict" : "a profile file");
+    /* The seccomp filter is compiled here, once for every worker and restart. */
+    if (xmp_isolation_setup(spec, &sv.iso, &err) < 0)
         goto setup_failed;
-    }
     if (setup_workers(&sv, &err) < 0 || setup_cgroups(&sv, &err) < 0)
         goto setup_failed;
     sv.report.cgroup_mode = xmp_cgroup_mode_name(sv.mode);

@@ -181,13 +181,16 @@ xmp_zygote_start(struct xmp_supervisor *sv, struct xmp_error *err)
         return xmp_error_set(err, ENOMEM, "zygote");
     }
 
+    /* The zygote stays xmprun's user, unfiltered (it clones into the workers' cgroups, which
+     * a filter or a user drop could forbid); each worker confines itself once forked. */
+    zy->confine = (struct xmp_confine){.no_new_privs = sv->spec->no_new_privs};
     int keep[1] = {pair[1]};
     struct xmp_spawn_args args = {
         .path = zy->path,
         .argv = sv->plan.workers[0].argv,
         .envp = env,
         .workdir = sv->plan.workdir,
-        .no_new_privs = sv->spec->no_new_privs,
+        .confine = &zy->confine,
         .stdin_fd = sv->stdin_fd,
         .stdout_fd = -1,
         .stderr_fd = -1,
@@ -338,8 +341,9 @@ xmp_zygote_fork_worker(struct xmp_supervisor *sv, const struct xmp_spawn_args *a
     struct xmp_zygote *zy = &sv->zy;
     cleanup_close int gate_r = -1, gate_w = -1, st_r = -1, st_w = -1;
     cleanup_free char *env = NULL;
+    cleanup_free void *confine = NULL;
     struct xmp_zmsg hdr = {.type = XMP_ZMSG_WORKER}, reply;
-    size_t env_len = 0, n_fds = 0;
+    size_t env_len = 0, confine_len = 0, n_fds = 0;
     int fds[XMP_ZMSG_FDS], p[2];
     int cgfd = a->cg != NULL ? xmp_cgroup_dirfd(a->cg) : -1;
 
@@ -347,11 +351,14 @@ xmp_zygote_fork_worker(struct xmp_supervisor *sv, const struct xmp_spawn_args *a
     out->pidfd = out->status_fd = out->gate_fd = -1;
     if (!zy->running || !zy->ready)
         return xmp_error_set(err, 0, "the zygote is not running");
+    /* The worker confines itself as an exec'd one does (xmp_confine_apply), from a flat copy. */
+    if (a->confine != NULL && xmp_confine_pack(a->confine, &confine, &confine_len, err) < 0)
+        return -1;
     for (size_t i = 0; a->envp[i] != NULL; i++)
         env_len += strlen(a->envp[i]) + 1;
-    if (env_len + sizeof(hdr) > XMP_ZMSG_MAX)
+    if (env_len + confine_len + sizeof(hdr) > XMP_ZMSG_MAX)
         return xmp_error_set(err, E2BIG, "the worker's environment (%zu bytes)", env_len);
-    env = malloc(env_len + 1);
+    env = malloc(env_len + confine_len + 1);
     if (env == NULL)
         return xmp_error_set(err, ENOMEM, "worker environment");
     env_len = 0;
@@ -360,6 +367,8 @@ xmp_zygote_fork_worker(struct xmp_supervisor *sv, const struct xmp_spawn_args *a
         memcpy(env + env_len, a->envp[i], len);
         env_len += len;
     }
+    if (confine_len > 0)
+        memcpy(env + env_len, confine, confine_len);
     if (pipe2(p, O_CLOEXEC) < 0)
         return xmp_error_set(err, errno, "pipe2");
     gate_r = p[0];
@@ -374,8 +383,7 @@ xmp_zygote_fork_worker(struct xmp_supervisor *sv, const struct xmp_spawn_args *a
     hdr.pid = (int32_t)getpid();
     hdr.restart = sv->restart;
     hdr.env_len = (uint32_t)env_len;
-    if (a->no_new_privs)
-        hdr.flags |= XMP_ZW_NO_NEW_PRIVS;
+    hdr.confine_len = (uint32_t)confine_len;
     if (a->cpus != NULL) {
         hdr.flags |= XMP_ZW_CPUS;
         hdr.cpus = *a->cpus;
@@ -392,7 +400,7 @@ xmp_zygote_fork_worker(struct xmp_supervisor *sv, const struct xmp_spawn_args *a
         hdr.flags |= XMP_ZW_CGROUP;
         fds[n_fds++] = cgfd;
     }
-    if (send_worker(zy, &hdr, env, env_len, fds, n_fds, err) < 0 ||
+    if (send_worker(zy, &hdr, env, env_len + confine_len, fds, n_fds, err) < 0 ||
         recv_forked(zy, &reply, err) < 0)
         return -1;
     if (reply.pid <= 0)

@@ -9,7 +9,7 @@
 
 enum xmp_zmsg_type {
     XMP_ZMSG_HELLO = 1, /* zygote -> xmprun: preloaded, ready to fork the workers */
-    XMP_ZMSG_WORKER,    /* xmprun -> zygote: fork this worker (env follows the header) */
+    XMP_ZMSG_WORKER,    /* xmprun -> zygote: fork this worker (env, then confine, follow) */
     XMP_ZMSG_FORKED,    /* zygote -> xmprun: pid (and in_unified), or status = errno and msg */
     XMP_ZMSG_DONE,      /* xmprun -> zygote: no more workers; status 0 when the job succeeded */
     XMP_ZMSG_ERROR,     /* zygote -> xmprun: why it will not fork (msg), for the report */
@@ -17,10 +17,9 @@ enum xmp_zmsg_type {
 
 /* WORKER flags: which optional fds follow the four fixed ones (gate read end, status write end,
  * stdout, stderr), in this order, and what the child applies. */
-#define XMP_ZW_STDIN        0x1u
-#define XMP_ZW_CGROUP       0x2u /* the worker's cgroup2 directory, for CLONE_INTO_CGROUP */
-#define XMP_ZW_NO_NEW_PRIVS 0x4u
-#define XMP_ZW_CPUS         0x8u
+#define XMP_ZW_STDIN  0x1u
+#define XMP_ZW_CGROUP 0x2u /* the worker's cgroup2 directory, for CLONE_INTO_CGROUP */
+#define XMP_ZW_CPUS   0x8u
 /* FORKED flags */
 #define XMP_ZF_IN_UNIFIED 0x1u /* clone3 placed it in the cgroup2 directory */
 
@@ -36,6 +35,7 @@ struct xmp_zmsg {
     int32_t pid; /* WORKER: xmprun's pid, the parent the worker must have; FORKED: the worker */
     int32_t restart;
     uint32_t env_len; /* WORKER: bytes of NUL-terminated "NAME=value" strings after the header */
+    uint32_t confine_len; /* WORKER: bytes of the packed struct xmp_confine after the env */
     cpu_set_t cpus;
     char msg[256];
 };

@@ -4,7 +4,7 @@
 set -eu
 pkgs="build-essential cmake pkg-config libyaml-dev libcgroup-dev libseccomp-dev libjansson-dev
 libcriterion-dev python3 python3-yaml python3-jsonschema python3-torch clang clang-format libclang-rt-14-dev
-scdoc man-db tmux mmdebstrap"
+scdoc man-db tmux mmdebstrap libpython3.11-testsuite"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"

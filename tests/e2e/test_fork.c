@@ -5,6 +5,8 @@
  * preload. Every test checks that nothing is left behind. */
 #include "e2e/fork.h"
 
+#include <sys/stat.h>
+
 /* The issue's headline: 512 MiB preloaded once (a torch tensor), 4 workers with a 128 MiB limit
  * each read all of it; their peaks stay far below the limit, the zygote's carries the 512 MiB,
  * and gather returns the 4 results in rank order. */
@@ -175,6 +177,47 @@ Test(fork, sigint_stops_the_workers_and_the_zygote, .timeout = 300)
     cr_assert_str_eq(e2e_str(json_object_get(e.rep, "zygote"), "state"), "stopped_by_xmprun");
     for (size_t i = 0; i < 2; i++)
         cr_assert_str_eq(e2e_str(e2e_worker(&e, i), "state"), "stopped_by_xmprun");
+    assert_zygote_gone(&e);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* A forked worker gets an exec'd worker's isolation (SPEC.md section 7), applied after the fork
+ * and before the user's function: its rlimits, the drop to isolation.user, no_new_privs and the
+ * seccomp filter (Seccomp: 2 is filter mode). The zygote itself stays unfiltered. Under strict,
+ * worker 1's ptrace kills it, and the report says so as for an exec'd worker. */
+Test(fork, forked_workers_are_confined, .timeout = 300)
+{
+    struct e2e e;
+    need_python();
+    if (geteuid() != 0)
+        cr_skip_test("isolation.user needs root");
+    e2e_init(&e);
+    chmod(e.dir, 0755);
+    const char *extra = "workers: 2\n"
+                        "on_failure: {grace: 2s}\n"
+                        "isolation: {seccomp: strict, user: nobody}\n"
+                        "resources: {worker: {rlimits: {nofile: 4321}}}\n";
+    fork_spec(&e, "confined", extra);
+    cr_assert_eq(e2e_run(&e, 240, NULL), 0, "stderr:\n%s\nstdout:\n%s", e.r.err, e.r.out);
+    for (int i = 0; i < 2; i++) {
+        char want[128];
+        snprintf(want, sizeof(want), "[%d] uid=65534 nofile=4321 nnp=1 seccomp=2", i);
+        cr_assert_not_null(strstr(e.r.out, want), "no \"%s\" in:\n%s", want, e.r.out);
+    }
+    e2e_load_report(&e);
+    assert_zygote_gone(&e);
+    e2e_assert_clean(&e);
+
+    fork_spec(&e, "confined --ptrace-rank 1", extra);
+    cr_assert_eq(e2e_run(&e, 240, NULL), 128 + SIGSYS, "stderr:\n%s\nstdout:\n%s", e.r.err,
+                 e.r.out);
+    cr_assert_null(strstr(e.r.out, "ptrace returned"), "%s", e.r.out);
+    e2e_load_report(&e);
+    const char *msg = e2e_str(json_object_get(e.rep, "root_cause"), "message");
+    cr_assert_not_null(strstr(msg, "worker 1 (cpu) was killed by its seccomp profile (strict)"),
+                       "%s", msg);
+    cr_expect_not_null(strstr(msg, "for calling `ptrace`"), "%s", msg);
     assert_zygote_gone(&e);
     e2e_assert_clean(&e);
     e2e_fini(&e);

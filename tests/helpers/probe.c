@@ -8,12 +8,16 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/keyctl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/personality.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,8 +40,8 @@ usage(void)
 {
     fputs("usage: probe exit N | sleep S | alloc MiB | forkbomb | setsid-orphan [PIDFILE] | "
           "ignore-term | stamp-term PREFIX | cgroup | limits | env NAME... | affinity | flood N | "
-          "signal NAME | "
-          "errorfile | pidfile PATH [-- CMD...]\n",
+          "signal NAME | errorfile | pidfile PATH [-- CMD...] | syscall NAME... | int80 NAME... | "
+          "x32 NAME... | open PATH...\n",
           stderr);
     exit(64);
 }
@@ -220,6 +224,109 @@ do_setsid_orphan(const char *pidfile, bool wait_child)
     return 0;
 }
 
+/* A pid no process has (above the kernel's PID_MAX_LIMIT): ptrace on it fails with ESRCH when
+ * the filter lets it through, and attaches to nothing. */
+#define NO_SUCH_PID 0x7ffffff0
+
+static void
+print_result(const char *what, const char *name, long rc)
+{
+    printf("%s %s=%s\n", what, name, rc >= 0 ? "ok" : strerrorname_np(errno));
+}
+
+/* Each call is harmless when it gets through: its arguments make it fail (or affect only this
+ * process), so the printed errno tells whether the filter stopped it (EPERM) or the kernel
+ * refused it on its own. */
+static int
+do_syscalls(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *n = argv[i];
+        long rc = -1;
+        errno = 0;
+        if (strcmp(n, "unshare") == 0)
+            rc = syscall(SYS_unshare, CLONE_NEWUSER);
+        else if (strcmp(n, "mount") == 0)
+            rc = syscall(SYS_mount, "none", "/nonexistent-xmprun-probe", "tmpfs", 0UL, NULL);
+        else if (strcmp(n, "kexec_load") == 0)
+            rc = syscall(SYS_kexec_load, 0UL, 0UL, NULL, 0xffff0000UL);
+        else if (strcmp(n, "init_module") == 0)
+            rc = syscall(SYS_finit_module, -1, "", 0);
+        else if (strcmp(n, "keyctl") == 0)
+            rc = syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0);
+        else if (strcmp(n, "ptrace") == 0)
+            rc = syscall(SYS_ptrace, 16 /* PTRACE_ATTACH */, NO_SUCH_PID, NULL, NULL);
+        else if (strcmp(n, "personality") == 0)
+            rc = syscall(SYS_personality, 0x0040000 /* ADDR_NO_RANDOMIZE */);
+        else if (strcmp(n, "vsock") == 0)
+            rc = syscall(SYS_socket, 40 /* AF_VSOCK */, SOCK_STREAM, 0);
+        else if (strcmp(n, "clone3") == 0)
+            rc = syscall(SYS_clone3, NULL, 0);
+        else if (strcmp(n, "getpid") == 0)
+            rc = syscall(SYS_getpid);
+        else
+            usage();
+        print_result("syscall", n, rc);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* The same calls through the i386 ABI (int 0x80 from a 64-bit process) or with the x32 bit,
+ * the ways a 32-bit call could slip past a filter that checks only x86-64 numbers. */
+static long
+int80(long nr, long a, long b)
+{
+#if defined(__x86_64__)
+    long ret;
+    __asm__ volatile("int $0x80" : "=a"(ret) : "a"(nr), "b"(a), "c"(b) : "memory");
+    if (ret < 0 && ret > -4096) {
+        errno = (int)-ret;
+        return -1;
+    }
+    return ret;
+#else
+    (void)nr, (void)a, (void)b;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+static int
+do_compat(bool x32, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *n = argv[i];
+        long rc;
+        errno = 0;
+        if (strcmp(n, "unshare") == 0)
+            rc = x32 ? syscall(0x40000000L | SYS_unshare, CLONE_NEWUSER)
+                     : int80(310, CLONE_NEWUSER, 0);
+        else if (strcmp(n, "ptrace") == 0)
+            rc = x32 ? syscall(0x40000000L | 521 /* x32 ptrace */, 16, NO_SUCH_PID, 0, 0)
+                     : int80(26, 16, NO_SUCH_PID);
+        else if (strcmp(n, "getpid") == 0)
+            rc = x32 ? syscall(0x40000000L | SYS_getpid) : int80(20, 0, 0);
+        else
+            usage();
+        print_result(x32 ? "x32" : "int80", n, rc);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+static int
+do_open(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        int fd = open(argv[i], O_RDWR | O_CLOEXEC | O_NOCTTY);
+        print_result("open", argv[i], fd);
+        if (fd >= 0)
+            close(fd);
+    }
+    return 0;
+}
+
 static int
 run(int argc, char **argv)
 {
@@ -342,6 +449,12 @@ run(int argc, char **argv)
         fprintf(stderr, "RuntimeError: probe failed on purpose\n");
         return 1;
     }
+    if (strcmp(cmd, "syscall") == 0)
+        return do_syscalls(argc, argv);
+    if (strcmp(cmd, "int80") == 0 || strcmp(cmd, "x32") == 0)
+        return do_compat(strcmp(cmd, "x32") == 0, argc, argv);
+    if (strcmp(cmd, "open") == 0)
+        return do_open(argc, argv);
     if (strcmp(cmd, "pidfile") == 0 && argc >= 2) {
         FILE *f = fopen(argv[1], "w");
         if (f != NULL) {

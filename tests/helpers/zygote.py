@@ -13,6 +13,8 @@ nospawn: exits --code without calling spawn.  sleep: sleeps --seconds before spa
 hold:    every worker writes --out DIR/running-<rank>, then sleeps.
 twice:   calls spawn twice.  nprocs: spawn(nprocs=--n).  nojoin: spawn(join=False).
 cuda:    a stand-in torch whose CUDA is initialised, then spawn.
+confined: every worker prints its uid, RLIMIT_NOFILE and its NoNewPrivs and Seccomp status;
+         rank --ptrace-rank then calls ptrace(PTRACE_TRACEME).
 """
 
 import json
@@ -117,5 +119,20 @@ elif MODE == "cuda":
     torch.cuda = types.SimpleNamespace(is_initialized=lambda: True)
     sys.modules["torch"] = torch
     xmp.spawn(noop)
+elif MODE == "confined":
+
+    def confined(index):
+        import ctypes
+        import resource
+
+        status = dict(line.split(":\t", 1) for line in open("/proc/self/status"))
+        print("uid=%d nofile=%d nnp=%s seccomp=%s" % (
+            os.getuid(), resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+            status["NoNewPrivs"].strip(), status["Seccomp"].strip()), flush=True)
+        if index == int(opt("ptrace-rank", "-1")):
+            ctypes.CDLL(None, use_errno=True).ptrace(0, 0, None, None)
+            print("ptrace returned", flush=True)
+
+    xmp.spawn(confined)
 else:
     sys.exit("zygote.py: unknown mode " + MODE)

@@ -436,3 +436,35 @@ LIVE_TEST(destroy_removes_what_a_worker_made_below)
     cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
     assert_clean();
 }
+
+/* Opens /dev/null (allowed) and /dev/zero (not in the list): exit 0 when the filter holds. */
+static void
+open_devices(void)
+{
+    int ok = open("/dev/null", O_RDWR | O_CLOEXEC);
+    int refused = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+    _exit(ok >= 0 && refused < 0 && errno == EPERM ? 0 : 3);
+}
+
+/* isolation.devices at the cgroup layer: an allowlist of device numbers, enforced by the v1
+ * devices controller in legacy mode and by a BPF device program on the cgroup2 directory in
+ * hybrid and unified mode. */
+LIVE_TEST(devices_allowlist)
+{
+    struct xmp_cgroup *job, *w0 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128];
+    int status = 0;
+
+    job = make_job("devices", -1, name, sizeof(name));
+    xmp_limits_init(&l);
+    l.has_devices = true;
+    cr_assert(xmp_devices_add(&l.devices, 'c', 1, 3, XMP_DEV_READ | XMP_DEV_WRITE));
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
+    pid_t pid = spawn_attached(w0, open_devices);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}

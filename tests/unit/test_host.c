@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static void
 discover_fixture(const char *name, struct xmp_host *host)
@@ -325,4 +326,70 @@ Test(cpulist, format_never_cuts_a_range)
         CPU_SET(c, &set);
     xmp_cpulist_format(&set, buf, sizeof(buf));
     cr_assert_str_eq(buf, "0,2,4,6"); /* "0,2,4,6,8" does not fit: stop at a whole entry */
+}
+
+/* The device node numbers the device filter allows: a GPU's node is the driver's "Device Minor"
+ * (not its CUDA index), the shared nodes' majors come from /proc/devices. */
+Test(devices, gpu4_device_nodes_from_the_driver)
+{
+    struct xmp_host h;
+    static const int minor_of_index[] = {2, 0, 3, 1};
+
+    discover_fixture("gpu4", &h);
+    cr_assert_eq(h.n_gpus, 4);
+    for (size_t i = 0; i < 4; i++) {
+        cr_expect_eq(h.gpus[i].dev_major, 195);
+        cr_expect_eq(h.gpus[i].dev_minor, minor_of_index[i], "cuda:%zu", i);
+    }
+    cr_assert_eq(h.n_gpu_shared, 4);
+    cr_expect_str_eq(h.gpu_shared[0].name, "nvidiactl");
+    cr_expect_eq(h.gpu_shared[0].minor, 255);
+    cr_expect_str_eq(h.gpu_shared[2].name, "nvidia-uvm");
+    cr_expect_eq(h.gpu_shared[2].major, 509);
+    cr_expect_eq(h.gpu_shared[3].minor, 1);
+    xmp_host_free(&h);
+}
+
+/* A TPU chip's node: its accel class device in sysfs, else its VFIO group. */
+Test(devices, tpu_device_nodes_from_sysfs)
+{
+    char *root = xt_tmpdir();
+    struct xmp_host h;
+    struct xmp_error err = {0};
+    char link[4200];
+
+    put(root, "sys/devices/system/cpu/online", "0-3\n");
+    put(root, "proc/devices", "Character devices:\n 10 misc\n242 vfio\n261 accel\n");
+    for (int i = 0; i < 2; i++) {
+        char rel[256];
+        snprintf(rel, sizeof(rel), "sys/bus/pci/devices/0000:00:0%d.0/", 4 + i);
+        const char *files[][2] = {{"vendor", "0x1ae0\n"},
+                                  {"device", "0x005e\n"},
+                                  {"class", "0x120000\n"},
+                                  {"numa_node", "-1\n"},
+                                  {"local_cpulist", "0-3\n"}};
+        for (size_t f = 0; f < 5; f++) {
+            char p[512];
+            snprintf(p, sizeof(p), "%s%s", rel, files[f][0]);
+            put(root, p, files[f][1]);
+        }
+    }
+    /* Chip 0 has an accel device, chip 1 sits behind VFIO (iommu group 7). */
+    put(root, "sys/bus/pci/devices/0000:00:04.0/accel/accel0/dev", "261:0\n");
+    put(root, "sys/class/vfio/7/dev", "242:3\n");
+    put(root, "sys/kernel/iommu_groups/7/type", "DMA\n");
+    snprintf(link, sizeof(link), "%s/sys/bus/pci/devices/0000:00:05.0/iommu_group", root);
+    cr_assert_eq(symlink("../../../kernel/iommu_groups/7", link), 0);
+    cr_assert_eq(xmp_host_discover(root, &h, &err), 0, "%s", err.msg);
+    cr_assert_eq(h.n_tpus, 2);
+    cr_expect_eq(h.tpus[0].dev_major, 261);
+    cr_expect_eq(h.tpus[0].dev_minor, 0);
+    cr_expect_eq(h.tpus[1].dev_major, 242);
+    cr_expect_eq(h.tpus[1].dev_minor, 3);
+    cr_assert_eq(h.n_tpu_shared, 1);
+    cr_expect_eq(h.tpu_shared[0].major, 10);
+    cr_expect_eq(h.tpu_shared[0].minor, 196);
+    xmp_host_free(&h);
+    xt_tmpdir_remove(root);
+    free(root);
 }

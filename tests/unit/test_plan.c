@@ -447,12 +447,13 @@ Test(plan, json_key_order)
         cr_assert(strncmp(text, head, strlen(head)) == 0, "%s", text);
     }
     cr_assert(strstr(text, "},\"host\":{\"hostname\":\"gpu-node-01\",\"cpus\":\"0-31\"") != NULL);
-    cr_assert(strstr(text, "{\"kind\":\"cuda\",\"index\":7,\"uuid\":\"GPU-71b2c3d4-e5f6-4a7b-8c9d-"
-                           "0e1f2a3b4c57\",\"pci\":\"0000:db:00.0\",\"model\":\"NVIDIA H100 80GB "
-                           "HBM3\",\"numa_node\":1,\"local_cpus\":\"16-31\"}") != NULL,
+    cr_assert(strstr(text,
+                     "{\"kind\":\"cuda\",\"index\":7,\"uuid\":\"GPU-71b2c3d4-e5f6-4a7b-8c9d-"
+                     "0e1f2a3b4c57\",\"pci\":\"0000:db:00.0\",\"model\":\"NVIDIA H100 80GB "
+                     "HBM3\",\"numa_node\":1,\"local_cpus\":\"16-31\",\"node\":\"195:5\"}") != NULL,
               "%s", text);
     cr_assert(strstr(text, "\"limits\":{\"memory\":null,\"memory_high\":null,\"swap\":null,"
-                           "\"cpus\":0.5,\"pids\":null}") != NULL,
+                           "\"cpus\":0.5,\"pids\":null,\"devices\":null}") != NULL,
               "%s", text);
     cr_assert(strstr(text, "\"devices\":[\"cuda:3\"],\"cpuset\":\"12-15\"") != NULL, "%s", text);
 

@@ -45,7 +45,7 @@ spawn_argv(char *const *argv, char *const *envp, int out_fd, const cpu_set_t *cp
         .envp = envp,
         .workdir = "/",
         .cpus = cpus,
-        .no_new_privs = true,
+        .confine = &(struct xmp_confine){.no_new_privs = true},
         .stdout_fd = out_fd,
         .stderr_fd = -1,
         .cg = NULL,

@@ -2,6 +2,7 @@
  * error, several errors at once, and good specs with every parsed field and the defaults. All
  * specs are in-memory text. --set, the spec-less form and hostile input: test_spec_sources.c;
  * quantity parsers: test_quantity.c. */
+#define _GNU_SOURCE /* asprintf */
 #include "runner/spec.h"
 #include "unit/spec_helpers.h"
 
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static void
 check_bad(const char *yaml, size_t len, int line, int col, const char *msg)
@@ -336,7 +338,12 @@ Test(good, every_field)
 {
     struct xmp_spec s;
     struct xmp_diags d;
-    const char *yaml = "version: 1\n"
+    char *yaml = NULL;
+    const char *fixtures = getenv("XMPRUN_FIXTURES");
+
+    cr_assert_not_null(fixtures);
+    cr_assert(asprintf(&yaml,
+                       "version: 1\n"
                        "name: mnist-ddp_2.0\n"
                        "command: [python3, train.py, --epochs, 3, true]\n"
                        "workdir: tmp\n"
@@ -355,6 +362,7 @@ Test(good, every_field)
                        "    cpus: \"500m\"\n"
                        "    cpuset: 0-7,16\n"
                        "    pids: 4096\n"
+                       "    rlimits: {nofile: 65536, memlock: unlimited, core: 0}\n"
                        "  job:\n"
                        "    memory: 64G\n"
                        "  shared:\n"
@@ -362,8 +370,10 @@ Test(good, every_field)
                        "start: fork\n"
                        "isolation:\n"
                        "  cgroups: optional\n"
-                       "  seccomp: profiles/train.yaml\n"
+                       "  seccomp: %s/seccomp/train.yaml\n"
                        "  no_new_privs: False\n"
+                       "  devices: false\n"
+                       "  user: nobody\n"
                        "on_failure:\n"
                        "  action: continue\n"
                        "  grace: 1m30s\n"
@@ -378,7 +388,8 @@ Test(good, every_field)
                        "  nnodes: 4\n"
                        "  node_rank: 3\n"
                        "  master_addr: 10.0.0.1\n"
-                       "  master_port: 1234\n";
+                       "  master_port: 1234\n",
+                       fixtures) > 0);
 
     cr_assert_eq(load_sets(yaml, NULL, 0, &s, &d), 0, "%s", d.count ? d.items[0].msg : "");
     cr_expect_str_eq(s.file, "job.yaml");
@@ -418,8 +429,24 @@ Test(good, every_field)
     cr_expect_eq(s.start, XMP_START_FORK);
     cr_expect_eq(s.cgroups, XMP_CGROUPS_OPTIONAL);
     cr_expect_eq(s.seccomp, XMP_SECCOMP_PROFILE);
-    cr_expect_str_eq(s.seccomp_profile, "/tmp/profiles/train.yaml");
+    char want[4096];
+    snprintf(want, sizeof(want), "%s/seccomp/train.yaml", fixtures);
+    cr_expect_str_eq(s.seccomp_profile, want);
     cr_expect_not(s.no_new_privs);
+    cr_expect_not(s.devices);
+    cr_expect_str_eq(s.user, "nobody");
+    cr_expect(s.worker.rlimit_set[XMP_RLIMIT_NOFILE]);
+    cr_expect_eq(s.worker.rlimit[XMP_RLIMIT_NOFILE], 65536);
+    cr_expect_eq(s.worker.rlimit[XMP_RLIMIT_MEMLOCK], RLIM_INFINITY);
+    cr_expect(s.worker.rlimit_set[XMP_RLIMIT_CORE]);
+    cr_expect_eq(s.worker.rlimit[XMP_RLIMIT_CORE], 0);
+    cr_expect_not(s.worker.rlimit_set[XMP_RLIMIT_STACK]);
+    /* The profile file, validated and resolved with the spec. */
+    cr_expect_eq(s.seccomp_rules.default_action, XMP_SCMP_ALLOW);
+    cr_expect_eq(s.seccomp_rules.n_rules, 8);
+    cr_expect_eq(s.seccomp_rules.rules[0].action, XMP_SCMP_KILL);
+    cr_expect_eq(s.seccomp_rules.rules[6].errnum, 38);
+    cr_expect_eq(s.seccomp_rules.rules[7].action, XMP_SCMP_LOG);
     cr_expect_eq(s.on_failure, XMP_FAILURE_CONTINUE);
     cr_expect_eq(s.grace_ms, 90000);
     cr_expect_eq(s.restarts, 3);
@@ -433,6 +460,7 @@ Test(good, every_field)
     cr_expect_str_eq(s.master_addr, "10.0.0.1");
     cr_expect_eq(s.master_port, 1234);
     xmp_spec_free(&s);
+    free(yaml);
     cr_expect_null(s.name);
 }
 

@@ -1,0 +1,57 @@
+/* Device filtering for a worker's cgroup: the device nodes it may open (its own accelerator's,
+ * the shared control nodes, and the ordinary ones every process needs), enforced by the v1
+ * devices controller or, on cgroup v2, by a BPF_PROG_TYPE_CGROUP_DEVICE program attached to its
+ * cgroup, as runc and crun do. Rules are plain numbers; runner/ reads them from the host. */
+#ifndef XMP_DEVICES_H
+#define XMP_DEVICES_H
+
+#include "isolate/error.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* The kernel's bits (BPF_DEVCG_ACC_*), also used for v1's "rwm". */
+enum { XMP_DEV_MKNOD = 1, XMP_DEV_READ = 2, XMP_DEV_WRITE = 4 };
+
+#define XMP_DEV_ANY       (-1)
+#define XMP_DEV_MAX_RULES 48
+
+struct xmp_dev_rule {
+    char type; /* 'c' character, 'b' block, 'a' both */
+    int major; /* XMP_DEV_ANY for every major */
+    int minor; /* XMP_DEV_ANY for every minor */
+    unsigned access;
+};
+
+/* An allowlist: anything it does not allow is refused (EPERM at open or mknod). */
+struct xmp_dev_rules {
+    size_t n;
+    struct xmp_dev_rule r[XMP_DEV_MAX_RULES];
+};
+
+/* Appends the nodes every process needs (null, zero, full, random, urandom, tty, ptmx, the pts
+ * terminals) and mknod of any node (opening it is still checked), as Docker allows them. */
+void xmp_devices_add_defaults(struct xmp_dev_rules *rules);
+/* Appends one rule; false when the list is full. */
+bool xmp_devices_add(struct xmp_dev_rules *rules, char type, int major, int minor, unsigned access);
+
+/* v1: writes "a" to devices.deny, then each rule to devices.allow, in the directory dir. */
+int xmp_devices_write_v1(const char *dir, const struct xmp_dev_rules *rules, struct xmp_error *err);
+/* A loaded BPF device program and the rules it holds (fd -1: none yet). */
+struct xmp_dev_prog {
+    int fd;
+    struct xmp_dev_rules rules;
+};
+
+/* cgroup2: attaches the rules as a BPF device program (BPF_F_ALLOW_MULTI, so that an enclosing
+ * container's program still applies) to the cgroup2 directory cgfd. The program is loaded only
+ * when cache holds other rules: the workers of a job with the same rules (every worker of a
+ * CPU job) share one, since verifying and compiling it took about 1 ms per worker. */
+int xmp_devices_attach_bpf(int cgfd, const struct xmp_dev_rules *rules, struct xmp_dev_prog *cache,
+                           struct xmp_error *err);
+void xmp_devices_prog_release(struct xmp_dev_prog *cache);
+
+/* "c 195:0 rw" (v1 syntax, "*" for XMP_DEV_ANY). */
+void xmp_devices_format(const struct xmp_dev_rule *r, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,315 @@
+/* seccomp and the worker's confinement: profile files validated like specs (positions, hints),
+ * the built-in filters loaded in a forked child (EPERM under default, SIGSYS under strict, the
+ * i386 ABI closed), rlimits and the user drop through xmp_confine_apply, and user resolution. */
+#define _GNU_SOURCE
+#include "isolate/confine.h"
+#include "isolate/seccomp.h"
+#include "runner/isolation.h"
+#include "unit/spec_helpers.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Writes text to a fresh profile file and loads a spec naming it. */
+static int
+load_profile(const char *text, struct xmp_spec *s, struct xmp_diags *d, char *path, size_t size)
+{
+    char yaml[4200];
+    FILE *f;
+
+    snprintf(path, size, "/tmp/xmprun-test-profile-%d.yaml", (int)getpid());
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    snprintf(yaml, sizeof(yaml), BASE "isolation:\n  seccomp: %s\n", path);
+    int rc = load_sets(yaml, NULL, 0, s, d);
+    unlink(path);
+    return rc;
+}
+
+static void
+expect_profile_error(const char *text, int line, int col, const char *msg)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    char path[128];
+
+    cr_assert_eq(load_profile(text, &s, &d, path, sizeof(path)), -1);
+    expect_first(&d, path, line, col, msg);
+}
+
+Test(profile, unknown_syscall_has_a_hint)
+{
+    expect_profile_error("default_action: allow\n"
+                         "syscalls:\n"
+                         "  - names: [mount, ptrac]\n"
+                         "    action: kill\n",
+                         3, 20,
+                         "syscalls[0].names[1]: unknown syscall \"ptrac\" (did you mean "
+                         "\"ptrace\"?)");
+}
+
+Test(profile, unknown_key_has_a_hint_from_the_profile)
+{
+    expect_profile_error("default_action: allow\n"
+                         "syscalls:\n"
+                         "  - names: [mount]\n"
+                         "    action: errno\n"
+                         "    erno: EPERM\n",
+                         5, 5, "syscalls[0].erno: unknown key (did you mean \"errno\"?)");
+}
+
+Test(profile, bad_action_and_errno)
+{
+    expect_profile_error("default_action: deny\n", 1, 17,
+                         "default_action: expected one of allow, errno, kill, log, got \"deny\"");
+    expect_profile_error("default_action: allow\n"
+                         "syscalls: [{names: [mount], action: kill, errno: EPERM}]\n",
+                         2, 50, "syscalls[0].errno: only valid with action: errno");
+    expect_profile_error("default_action: allow\n"
+                         "syscalls: [{names: [mount], action: errno, errno: EPRM}]\n",
+                         2, 51,
+                         "syscalls[0].errno: unknown errno \"EPRM\" (did you mean \"EPERM\"?)");
+}
+
+Test(profile, a_syscall_listed_twice)
+{
+    expect_profile_error("default_action: errno\n"
+                         "syscalls:\n"
+                         "  - {names: [read, write], action: allow}\n"
+                         "  - {names: [write], action: kill}\n",
+                         4, 14, "syscalls[1].names[0]: write is already listed in syscalls[0]");
+}
+
+Test(profile, missing_file_is_the_specs_error)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+
+    cr_assert_eq(load_sets(BASE "isolation:\n  seccomp: /nonexistent/p.yaml\n", NULL, 0, &s, &d),
+                 -1);
+    expect_first(&d, "job.yaml", 5, 12,
+                 "isolation.seccomp: cannot read the profile \"/nonexistent/p.yaml\": No such "
+                 "file or directory");
+}
+
+Test(profile, a_good_profile_builds)
+{
+    struct xmp_spec s;
+    struct xmp_diags d;
+    struct xmp_scmp_filter f;
+    struct xmp_error err = {0};
+    char path[128];
+
+    cr_assert_eq(load_profile("default_action: errno\n"
+                              "syscalls:\n"
+                              "  - {names: [ptrace], action: kill}\n"
+                              "  - {names: [socketcall], action: allow}\n",
+                              &s, &d, path, sizeof(path)),
+                 0, "%s", d.count ? d.items[0].msg : "");
+    cr_expect_eq(s.seccomp_rules.default_action, XMP_SCMP_ERRNO);
+    cr_assert_eq(s.seccomp_rules.n_rules, 2);
+    cr_assert_eq(xmp_seccomp_build_profile(&s.seccomp_rules, &f, &err), 0, "%s", err.msg);
+    cr_expect_gt(f.len, 0);
+    xmp_seccomp_filter_free(&f);
+    xmp_spec_free(&s);
+}
+
+/* Runs fn in a child after loading the built-in filter `which`; returns the wait status. */
+static int
+in_filtered_child(enum xmp_scmp_builtin which, int (*fn)(void))
+{
+    struct xmp_scmp_filter f;
+    struct xmp_error err = {0};
+    int status;
+
+    cr_assert_eq(xmp_seccomp_build_builtin(which, &f, &err), 0, "%s", err.msg);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        struct xmp_confine c = {.no_new_privs = true, .seccomp = &f};
+        if (xmp_confine_apply(&c, &err) < 0)
+            _exit(100);
+        _exit(fn());
+    }
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    xmp_seccomp_filter_free(&f);
+    return status;
+}
+
+static int
+call_unshare(void)
+{
+    return syscall(SYS_unshare, CLONE_NEWUSER) < 0 && errno == EPERM ? 0 : 1;
+}
+
+static int
+call_clone3(void)
+{
+    return syscall(SYS_clone3, NULL, 0) < 0 && errno == ENOSYS ? 0 : 1;
+}
+
+static int
+call_fork(void)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(7);
+    int status;
+    return pid > 0 && waitpid(pid, &status, 0) == pid && WEXITSTATUS(status) == 7 ? 0 : 1;
+}
+
+/* unshare through the i386 ABI: int 0x80 with i386's number 310. */
+static int
+call_int80_unshare(void)
+{
+    long ret;
+    __asm__ volatile("int $0x80" : "=a"(ret) : "a"(310L), "b"((long)CLONE_NEWUSER) : "memory");
+    return 0;
+}
+
+/* PTRACE_ATTACH to a pid nobody has: ESRCH when the filter lets it through. */
+static int
+call_ptrace_attach(void)
+{
+    return syscall(SYS_ptrace, 16, 0x7ffffff0, NULL, NULL) < 0 && errno == ESRCH ? 0 : 1;
+}
+
+Test(filter, default_denies_with_eperm_and_lets_fork_through, .timeout = 10)
+{
+    int st;
+
+    st = in_filtered_child(XMP_SCMP_DEFAULT, call_unshare);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "unshare(CLONE_NEWUSER): status %#x", st);
+    st = in_filtered_child(XMP_SCMP_DEFAULT, call_clone3);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "clone3 must fail with ENOSYS: %#x", st);
+    st = in_filtered_child(XMP_SCMP_DEFAULT, call_fork);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork (clone without namespaces): %#x", st);
+    st = in_filtered_child(XMP_SCMP_DEFAULT, call_ptrace_attach);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "ptrace is allowed, as in Docker: %#x", st);
+    /* The i386 ABI is closed: any call through it kills, under every profile. */
+    st = in_filtered_child(XMP_SCMP_DEFAULT, call_int80_unshare);
+    cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS, "i386 unshare must be killed: %#x", st);
+}
+
+Test(filter, strict_kills_with_sigsys, .timeout = 10)
+{
+    int st;
+
+    st = in_filtered_child(XMP_SCMP_STRICT, call_ptrace_attach);
+    cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS, "ptrace under strict: %#x", st);
+    st = in_filtered_child(XMP_SCMP_STRICT, call_int80_unshare);
+    cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS, "an i386 call under strict: %#x", st);
+    st = in_filtered_child(XMP_SCMP_STRICT, call_fork);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork under strict: %#x", st);
+}
+
+Test(filter, names_of_numbers)
+{
+    char buf[64];
+
+    cr_assert_eq(xmp_seccomp_name_of(0xc000003eU, 101, buf, sizeof(buf)), 0);
+    cr_expect_str_eq(buf, "ptrace");
+    cr_assert_eq(xmp_seccomp_name_of(0x40000003U, 26, buf, sizeof(buf)), 0);
+    cr_expect_str_eq(buf, "ptrace");
+    cr_expect_eq(xmp_seccomp_resolve("nosuchcall"), -1);
+    cr_expect_neq(xmp_seccomp_resolve("socketcall"), -1, "an i386-only name is a syscall too");
+}
+
+static int
+check_limits(void)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) < 0 || r.rlim_cur != 123 || r.rlim_max != 123)
+        return 1;
+    if (getrlimit(RLIMIT_CORE, &r) < 0 || r.rlim_cur != RLIM_INFINITY)
+        return 2;
+    return 0;
+}
+
+Test(confine, rlimits, .timeout = 10)
+{
+    struct xmp_confine c = {.n_rlimits = 2};
+    struct xmp_error err = {0};
+    int status;
+
+    c.rlimits[0] = (struct xmp_confine_rlimit){RLIMIT_NOFILE, "nofile", {123, 123}};
+    c.rlimits[1] = (struct xmp_confine_rlimit){RLIMIT_CORE, "core", {RLIM_INFINITY, RLIM_INFINITY}};
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(xmp_confine_apply(&c, &err) < 0 ? 100 : check_limits());
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
+}
+
+Test(user, resolve)
+{
+    struct xmp_isolation iso = {0};
+    struct xmp_error err = {0};
+
+    cr_assert_eq(xmp_isolation_resolve_user("nobody", &iso, &err), 0, "%s", err.msg);
+    cr_expect_eq(iso.confine.uid, 65534);
+    cr_expect_eq(iso.confine.gid, 65534);
+    cr_expect(iso.confine.change_user);
+    cr_expect_geq(iso.confine.n_groups, 1);
+    cr_expect_str_eq(iso.user, "nobody");
+    xmp_isolation_free(&iso);
+
+    cr_assert_eq(xmp_isolation_resolve_user("4321:0", &iso, &err), 0, "%s", err.msg);
+    cr_expect_eq(iso.confine.uid, 4321);
+    cr_expect_eq(iso.confine.gid, 0);
+    cr_expect_eq(iso.confine.n_groups, 1);
+    cr_expect_null(iso.home);
+    xmp_isolation_free(&iso);
+
+    cr_expect_eq(xmp_isolation_resolve_user("no-such-user-xmp", &iso, &err), -1);
+    cr_expect_str_eq(err.msg, "isolation.user: no user named `no-such-user-xmp` on this host");
+    xmp_isolation_free(&iso);
+    cr_expect_eq(xmp_isolation_resolve_user("nobody:no-such-group", &iso, &err), -1);
+    xmp_isolation_free(&iso);
+}
+
+/* The packed form a zygote receives: the same confinement after a round trip, applied. */
+static int
+check_packed_child(void)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) < 0 || r.rlim_cur != 77)
+        return 1;
+    return syscall(SYS_unshare, CLONE_NEWUSER) < 0 && errno == EPERM ? 0 : 2;
+}
+
+Test(confine, pack_and_unpack, .timeout = 10)
+{
+    struct xmp_scmp_filter f, storage;
+    struct xmp_confine c = {.n_rlimits = 1, .no_new_privs = true}, back;
+    struct xmp_error err = {0};
+    void *buf = NULL;
+    size_t len = 0;
+    int status;
+
+    cr_assert_eq(xmp_seccomp_build_builtin(XMP_SCMP_DEFAULT, &f, &err), 0, "%s", err.msg);
+    c.rlimits[0] = (struct xmp_confine_rlimit){RLIMIT_NOFILE, "nofile", {77, 77}};
+    c.seccomp = &f;
+    cr_assert_eq(xmp_confine_pack(&c, &buf, &len, &err), 0, "%s", err.msg);
+    xmp_seccomp_filter_free(&f);
+    cr_assert_eq(xmp_confine_unpack(buf, len - 1, &back, &storage, &err), -1);
+    cr_assert_eq(xmp_confine_unpack(buf, len, &back, &storage, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(back.rlimits[0].name, "nofile");
+    cr_expect(back.no_new_privs);
+    cr_expect_not(back.change_user);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(xmp_confine_apply(&back, &err) < 0 ? 100 : check_packed_child());
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
+    free(buf);
+}
