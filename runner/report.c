@@ -423,6 +423,8 @@ worker_json(const struct xmp_worker_report *w)
                         w->error_file != NULL ? json_incref(w->error_file) : json_null());
     if (w->state == XMP_WORKER_FAILED_TO_START)
         json_object_set_new(o, "start_error", str_or_null(w->start_error));
+    if (w->log_error[0] != '\0')
+        json_object_set_new(o, "log_error", json_string(w->log_error));
     return o;
 }
 

@@ -64,6 +64,7 @@ struct xmp_worker_report {
     size_t n_tail;
     json_t *error_file;    /* owned reference, or NULL */
     char start_error[256]; /* failed_to_start: "exec `x`: No such file or directory" */
+    char log_error[512];   /* "" or why its logs.dir file stops short (a full disk) */
 };
 
 /* A failure that led to a restart of the whole group. */
