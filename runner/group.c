@@ -244,9 +244,18 @@ close_stream(struct xmp_supervisor *sv, struct xmp_stream *s)
 static void
 read_exec_status(struct xmp_supervisor *sv, struct xmp_worker *w, bool block)
 {
-    (void)sv; /* closing the status fd has taken it out of the epoll set */
-    if (w->spawned.status_fd < 0 || xmp_spawn_read_status(&w->spawned, block) != 0)
+    int fd = w->spawned.status_fd;
+
+    if (fd < 0)
         return;
+    /* Out of the epoll set before the read can close it: closing does not remove it while a
+     * worker forked later still holds a copy (until its exec), and its EOF would then wake the
+     * loop again and again, spinning on a core those workers need to start. */
+    ep_del(sv, fd);
+    if (xmp_spawn_read_status(&w->spawned, block) != 0) {
+        ep_ctl(sv, EPOLL_CTL_ADD, fd, EPOLLIN, XMP_EV_EXEC, (size_t)(w - sv->workers));
+        return;
+    }
     /* A worker that could not join its cgroups already has the reason; what the child says
      * about the closed gate adds nothing. */
     if (w->spawned.exec_failed && !w->start_failed) {
@@ -536,8 +545,9 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
     ep_add(sv, po[0], XMP_EV_STDOUT, index);
     ep_add(sv, pe[0], XMP_EV_STDERR, index);
 
-    /* A stale error file from an earlier run must not be reported as this run's. */
-    if (pw->error_file != NULL)
+    /* A stale error file from an earlier run must not be reported as this run's. (The first
+     * run's directory was just made, empty.) */
+    if (pw->error_file != NULL && sv->restart > 0)
         unlink(pw->error_file);
     getrusage(RUSAGE_CHILDREN, &w->ru_base);
     w->oom_base = 0;
