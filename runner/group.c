@@ -7,6 +7,7 @@
 #include "runner/group.h"
 
 #include "isolate/cleanup.h"
+#include "isolate/file.h"
 #include "runner/spawn.h"
 #include "runner/state.h"
 
@@ -31,6 +32,9 @@
 #define READ_BUDGET (64 * 1024)
 /* At the end of a run, what is still buffered in a pipe is drained up to this much. */
 #define FINAL_DRAIN (4 * 1024 * 1024)
+/* A TORCHELASTIC_ERROR_FILE is read up to this much: a traceback fits, and the report of a
+ * worker that writes gigabytes there stays small. */
+#define ERROR_FILE_MAX (64 * 1024)
 
 static int
 ep_ctl(struct xmp_supervisor *sv, int op, int fd, uint32_t events, enum xmp_ev_kind kind,
@@ -264,6 +268,44 @@ read_exec_status(struct xmp_supervisor *sv, struct xmp_worker *w, bool block)
     }
 }
 
+/* The worker decides what is at its TORCHELASTIC_ERROR_FILE path, so it is read without
+ * following a link (to a file only xmprun could read), without blocking on a FIFO, and only up
+ * to a bound. What is not whole JSON is kept as text, with a note that says why. */
+static void
+read_error_file(struct xmp_worker_report *rep, const char *path)
+{
+    cleanup_free char *text = NULL;
+    struct xmp_error err = {0};
+    json_error_t jerr;
+    size_t len = 0;
+    int64_t size = 0;
+    char total[32], kept[32];
+
+    if (path == NULL)
+        return;
+    if (xmp_file_read_bounded(path, ERROR_FILE_MAX, &text, &len, &size, &err) < 0) {
+        if (err.errnum != ENOENT)
+            snprintf(rep->error_file_note, sizeof(rep->error_file_note), "not read: %s", err.msg);
+        return;
+    }
+    if (len == 0)
+        return;
+    if ((int64_t)len < size) {
+        xmp_format_bytes(size, total, sizeof(total));
+        xmp_format_bytes((int64_t)len, kept, sizeof(kept));
+        rep->error_file = xmp_report_text_json(text);
+        snprintf(rep->error_file_note, sizeof(rep->error_file_note),
+                 "cut: the error file is %s, only its first %s are kept, as text", total, kept);
+        return;
+    }
+    rep->error_file = json_loadb(text, len, 0, &jerr);
+    if (rep->error_file == NULL) {
+        rep->error_file = xmp_report_text_json(text);
+        snprintf(rep->error_file_note, sizeof(rep->error_file_note),
+                 "not JSON (line %d: %s), kept as text", jerr.line, jerr.text);
+    }
+}
+
 static void
 finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *si)
 {
@@ -314,8 +356,7 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
     else
         rep->state = XMP_WORKER_EXITED;
 
-    if (w->pw->error_file != NULL && access(w->pw->error_file, F_OK) == 0)
-        rep->error_file = json_load_file(w->pw->error_file, 0, NULL);
+    read_error_file(rep, w->pw->error_file);
 
     ep_del(sv, w->pidfd);
     if (w->pidfd >= 0)
@@ -502,12 +543,17 @@ worker_environ(struct xmp_supervisor *sv, const struct xmp_plan_worker *pw)
     return grown;
 }
 
+/* Opens a log file below logs.dir without following a link planted there; *fd is -1 when the
+ * worker has no log file. */
 static int
-open_log(const char *path, bool truncate)
+open_log(const char *path, bool truncate, int *fd, struct xmp_error *err)
 {
+    *fd = -1;
     if (path == NULL)
-        return -1;
-    return open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : O_APPEND), 0644);
+        return 0;
+    *fd =
+        xmp_file_open_below(path, O_WRONLY | O_CREAT | (truncate ? O_TRUNC : O_APPEND), 0644, err);
+    return *fd < 0 ? xmp_error_wrap(err, "logs.dir") : 0;
 }
 
 static void
@@ -523,6 +569,7 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
     struct xmp_error err = {0};
     struct xmp_cgroup_stats st = {-1, -1, -1, -1};
     bool streams = false;
+    int log_out = -1, log_err = -1;
 
     if (spec->console == XMP_CONSOLE_PREFIX || spec->console == XMP_CONSOLE_RAW ||
         (spec->console == XMP_CONSOLE_RANK0 && pw->rank == 0)) {
@@ -534,13 +581,17 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
         xmp_error_set(&err, errno, "pipe2");
         goto fail;
     }
+    if (open_log(pw->stdout_path, sv->restart == 0, &log_out, &err) < 0 ||
+        open_log(pw->stderr_path, sv->restart == 0, &log_err, &err) < 0) {
+        if (log_out >= 0)
+            close(log_out);
+        goto fail;
+    }
     fcntl(po[0], F_SETFL, O_NONBLOCK);
     fcntl(pe[0], F_SETFL, O_NONBLOCK);
     xmp_tail_init(&w->tail, spec->log_tail > 0 ? (size_t)spec->log_tail : 0);
-    xmp_stream_init(&w->out, po[0], pw->rank, con_out, prefix,
-                    open_log(pw->stdout_path, sv->restart == 0), NULL);
-    xmp_stream_init(&w->err, pe[0], pw->rank, con_err, prefix,
-                    open_log(pw->stderr_path, sv->restart == 0), &w->tail);
+    xmp_stream_init(&w->out, po[0], pw->rank, con_out, prefix, log_out, NULL);
+    xmp_stream_init(&w->err, pe[0], pw->rank, con_err, prefix, log_err, &w->tail);
     streams = true;
     ep_add(sv, po[0], XMP_EV_STDOUT, index);
     ep_add(sv, pe[0], XMP_EV_STDERR, index);
@@ -571,6 +622,7 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
         .cg = w->cg,
         .mode = sv->mode,
         .sigmask = &sv->old_mask,
+        .inherited_nofile = sv->have_inherited_nofile ? &sv->inherited_nofile : NULL,
     };
     if (xmp_spawn(&args, &sp, &err) < 0)
         goto fail;
@@ -587,6 +639,8 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
     return;
 
 fail:
+    /* The limit in words, while the descriptors that exhausted it are still open. */
+    xmp_file_explain_emfile(&err);
     /* Once the streams exist they own the read ends. */
     for (int i = streams ? 1 : 0; i < 2; i++) {
         if (po[i] >= 0)

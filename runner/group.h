@@ -4,7 +4,7 @@
 #define XMP_GROUP_H
 
 #include "isolate/cgroup.h"
-#include "isolate/devices.h"
+#include "runner/host.h"
 #include "runner/output.h"
 #include "runner/plan.h"
 #include "runner/report.h"
@@ -78,6 +78,10 @@ struct xmp_supervisor {
     int64_t deadline_ns; /* 0: no timeout */
     int restart;
     sigset_t old_mask; /* the mask xmprun started with, restored in workers and at the end */
+    /* RLIMIT_NOFILE as xmprun inherited it, before it raised its own soft limit; the workers
+     * get it back. */
+    struct rlimit inherited_nofile;
+    bool have_inherited_nofile;
     struct sigaction old_chld;
     struct sigaction old_pipe;
     struct xmp_report report;

@@ -1,7 +1,7 @@
 /* xmprun's command line: parses options, dispatches to validate / plan / run / gc, prints errors
  * and picks the exit status. Nothing below this file prints errors or exits. */
-#include "isolate/devices.h"
 #include "isolate/error.h"
+#include "runner/host.h"
 #include "runner/plan.h"
 #include "runner/spec.h"
 #include "runner/supervise.h"

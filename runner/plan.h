@@ -4,7 +4,7 @@
 #define XMP_PLAN_H
 
 #include "isolate/cgroup.h"
-#include "isolate/devices.h"
+#include "runner/host.h"
 #include "runner/spec.h"
 
 #include <jansson.h>

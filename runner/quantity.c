@@ -263,11 +263,13 @@ xmp_parse_duration(const char *text, int64_t *ms, char *msg, size_t msg_size)
         size_t n = parse_decimal(s, &d);
         size_t u;
 
-        if (n == 0 || d.overflow)
+        if (n == 0)
             goto bad;
         if (d.has_point)
             return fail(msg, msg_size,
                         "\"%s\" is not a duration (use whole numbers, e.g. 1500ms or 1m30s)", q);
+        if (d.overflow)
+            goto too_long;
         s += n;
         for (u = 0; u < sizeof(units) / sizeof(units[0]); u++) {
             size_t ul = strlen(units[u].unit);
@@ -278,12 +280,15 @@ xmp_parse_duration(const char *text, int64_t *ms, char *msg, size_t msg_size)
         }
         if (u == sizeof(units) / sizeof(units[0]))
             goto bad;
+        /* ipart is below 2^68 and a unit below 2^22: the sum cannot wrap before the check. */
         total += d.ipart * (unsigned __int128)units[u].ms;
-        if (total > (unsigned __int128)INT64_MAX)
-            return fail(msg, msg_size, "\"%s\" is too large", q);
+        if (total > (unsigned __int128)XMP_DURATION_MAX_MS)
+            goto too_long;
     } while (*s != '\0');
     *ms = (int64_t)total;
     return 0;
+too_long:
+    return fail(msg, msg_size, "\"%s\" is too long (at most 8760h, 365 days)", q);
 bad:
     return fail(msg, msg_size, "\"%s\" is not a duration (examples: 90s, 30m, 1h30m, 250ms)", q);
 }

@@ -6,10 +6,10 @@
 #include "runner/report.h"
 
 #include "isolate/cleanup.h"
+#include "isolate/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,6 +389,12 @@ utf8_json(const char *text)
     return j != NULL ? j : json_string("");
 }
 
+json_t *
+xmp_report_text_json(const char *text)
+{
+    return utf8_json(text);
+}
+
 static json_t *
 worker_json(const struct xmp_worker_report *w)
 {
@@ -421,6 +427,8 @@ worker_json(const struct xmp_worker_report *w)
     json_object_set_new(o, "stderr_tail", tail);
     json_object_set_new(o, "error_file",
                         w->error_file != NULL ? json_incref(w->error_file) : json_null());
+    if (w->error_file_note[0] != '\0')
+        json_object_set_new(o, "error_file_note", utf8_json(w->error_file_note));
     if (w->state == XMP_WORKER_FAILED_TO_START)
         json_object_set_new(o, "start_error", str_or_null(w->start_error));
     if (w->log_error[0] != '\0')
@@ -478,70 +486,6 @@ xmp_report_to_json(const struct xmp_report *r)
     return o;
 }
 
-static int
-write_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, data, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -1;
-        data += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-int
-xmp_write_atomic(const char *path, const char *text, bool durable, struct xmp_error *err)
-{
-    cleanup_free char *dir_copy = strdup(path);
-    cleanup_free char *base_copy = strdup(path);
-    cleanup_free char *tmp = NULL;
-    cleanup_close int fd = -1;
-    cleanup_close int dfd = -1;
-    const char *dir, *base;
-
-    if (dir_copy == NULL || base_copy == NULL)
-        return xmp_error_set(err, ENOMEM, "write `%s`", path);
-    dir = dirname(dir_copy);
-    base = basename(base_copy);
-    if (asprintf(&tmp, "%s/.%s.XXXXXX", dir, base) < 0) {
-        tmp = NULL;
-        return xmp_error_set(err, ENOMEM, "write `%s`", path);
-    }
-    fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0)
-        return xmp_error_set(err, errno, "create `%s`", tmp);
-    /* mkstemp creates 0600; the file is as readable as any file the user writes. */
-    mode_t mask = umask(022);
-    umask(mask);
-    if (fchmod(fd, 0666 & ~mask) < 0 || write_all(fd, text, strlen(text)) < 0 ||
-        write_all(fd, "\n", 1) < 0 || (durable && fsync(fd) < 0)) {
-        int saved = errno;
-        unlink(tmp);
-        return xmp_error_set(err, saved, "write `%s`", tmp);
-    }
-    if (close(steal_fd(&fd)) < 0) {
-        int saved = errno;
-        unlink(tmp);
-        return xmp_error_set(err, saved, "write `%s`", tmp);
-    }
-    if (rename(tmp, path) < 0) {
-        int saved = errno;
-        unlink(tmp);
-        return xmp_error_set(err, saved, "rename `%s` to `%s`", tmp, path);
-    }
-    /* The rename is durable only once the directory entry is on disk too. */
-    if (durable) {
-        dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0)
-            fsync(dfd);
-    }
-    return 0;
-}
-
 int
 xmp_report_write(const struct xmp_report *r, const char *path, struct xmp_error *err)
 {
@@ -553,7 +497,7 @@ xmp_report_write(const struct xmp_report *r, const char *path, struct xmp_error 
     json_decref(doc);
     if (text == NULL)
         return xmp_error_set(err, ENOMEM, "report: encode JSON");
-    return xmp_write_atomic(path, text, true, err);
+    return xmp_file_write_atomic(path, text, true, err);
 }
 
 void

@@ -62,7 +62,10 @@ struct xmp_worker_report {
     double system_s;
     char **stderr_tail; /* owned, n_tail lines, oldest first */
     size_t n_tail;
-    json_t *error_file;    /* owned reference, or NULL */
+    json_t *error_file; /* owned reference, or NULL */
+    /* "" or why error_file is not (all of) the worker's JSON: cut at the bound, not JSON, not
+     * a regular file. */
+    char error_file_note[320];
     char start_error[256]; /* failed_to_start: "exec `x`: No such file or directory" */
     char log_error[512];   /* "" or why its logs.dir file stops short (a full disk) */
 };
@@ -140,13 +143,12 @@ void xmp_report_finish(struct xmp_report *r);
 /* The report object, keys in a stable order. Call xmp_report_finish first. */
 json_t *xmp_report_to_json(const struct xmp_report *r);
 
+/* A JSON string of text that may not be UTF-8 (a worker's output): bad bytes become U+FFFD. */
+json_t *xmp_report_text_json(const char *text);
+
 /* Writes the report atomically: a temp file in the same directory, fsync, rename, fsync of the
  * directory. */
 int xmp_report_write(const struct xmp_report *r, const char *path, struct xmp_error *err);
-
-/* Replaces path with text plus a newline, atomically: a temp file beside it, then rename. With
- * durable, the file is fsynced before the rename and the directory after it. */
-int xmp_write_atomic(const char *path, const char *text, bool durable, struct xmp_error *err);
 
 /* The short human table (rank, device, state, exit, peak memory, time) and the root cause. */
 void xmp_report_print_summary(const struct xmp_report *r, FILE *out);

@@ -10,6 +10,7 @@
 
 #include "isolate/cleanup.h"
 
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sched.h>
@@ -71,6 +72,84 @@ xmp_spawn_resolve(const char *argv0, char *const *envp)
     return found_noexec != NULL ? found_noexec : strdup(argv0);
 }
 
+/* xmprun raised its own soft RLIMIT_NOFILE to the hard limit for the descriptors it holds per
+ * worker; the worker gets back the limit xmprun inherited, because programs that use select()
+ * or size tables by the limit misbehave above the usual 1024. */
+static int
+restore_inherited_nofile(const struct xmp_spawn_args *a, struct xmp_error *err)
+{
+    if (a->inherited_nofile != NULL && setrlimit(RLIMIT_NOFILE, a->inherited_nofile) < 0)
+        return xmp_error_set(err, errno, "setrlimit(RLIMIT_NOFILE)");
+    return 0;
+}
+
+/* The path in a 64-bit ELF file's PT_INTERP header (its dynamic loader), or "" if none. */
+static void
+elf_interpreter(int fd, char *out, size_t size)
+{
+    Elf64_Ehdr eh;
+    Elf64_Phdr ph;
+
+    out[0] = '\0';
+    if (pread(fd, &eh, sizeof(eh), 0) != (ssize_t)sizeof(eh) ||
+        eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(ph))
+        return;
+    for (unsigned i = 0; i < eh.e_phnum; i++) {
+        if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + (Elf64_Off)i * sizeof(ph))) !=
+            (ssize_t)sizeof(ph))
+            return;
+        if (ph.p_type != PT_INTERP)
+            continue;
+        size_t n = ph.p_filesz < size ? (size_t)ph.p_filesz : size - 1;
+        ssize_t got = pread(fd, out, n, (off_t)ph.p_offset);
+        out[got > 0 ? (size_t)got : 0] = '\0';
+        return;
+    }
+}
+
+/* After execve failed with ENOENT on a file that exists, what is missing is its interpreter:
+ * the program of its #! line, or an ELF program's dynamic loader. Say so, rather than "No such
+ * file or directory" about a file the user can see. Runs in the child: stack buffers only. */
+static void
+explain_missing_interpreter(const char *path, const char *shown, struct xmp_error *err)
+{
+    char line[256];
+    ssize_t n;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+
+    if (fd < 0)
+        return;
+    n = read(fd, line, sizeof(line) - 1);
+    if (n >= 4 && memcmp(line, ELFMAG, SELFMAG) == 0) {
+        elf_interpreter(fd, line, sizeof(line));
+        close(fd);
+        if (line[0] != '\0' && access(line, F_OK) < 0)
+            xmp_error_set(err, 0,
+                          "exec `%s`: its ELF interpreter `%s` (the dynamic loader) was not found",
+                          shown, line);
+        return;
+    }
+    close(fd);
+    if (n < 3 || line[0] != '#' || line[1] != '!')
+        return;
+    line[n] = '\0';
+    char *interp = line + 2;
+    interp += strspn(interp, " \t");
+    interp[strcspn(interp, " \t\n")] = '\0';
+    size_t len = strlen(interp);
+    /* A script saved with Windows line endings asks the kernel for "/bin/sh\r". */
+    if (len > 0 && interp[len - 1] == '\r') {
+        interp[len - 1] = '\0';
+        xmp_error_set(err, 0,
+                      "exec `%s`: its #! line ends in a carriage return (Windows line endings), so "
+                      "its interpreter `%s\\r` was not found",
+                      shown, interp);
+    } else if (interp[0] != '\0' && access(interp, F_OK) < 0) {
+        xmp_error_set(err, 0, "exec `%s`: its interpreter `%s` (#! line) was not found", shown,
+                      interp);
+    }
+}
+
 static void __attribute__((noreturn)) child_fail(int fd, struct xmp_error *err, int code)
 {
     ssize_t n;
@@ -130,6 +209,8 @@ child_main(const struct xmp_spawn_args *a, int errfd, int gatefd, pid_t parent)
         xmp_error_set(&err, errno, "sched_setaffinity");
         child_fail(errfd, &err, 125);
     }
+    if (restore_inherited_nofile(a, &err) < 0)
+        child_fail(errfd, &err, 125);
     if (a->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
         xmp_error_set(&err, errno, "prctl(PR_SET_NO_NEW_PRIVS)");
         child_fail(errfd, &err, 125);
@@ -155,6 +236,8 @@ child_main(const struct xmp_spawn_args *a, int errfd, int gatefd, pid_t parent)
     execve(a->path, a->argv, a->envp);
     int saved = errno;
     xmp_error_set(&err, saved, "exec `%s`", a->argv[0]);
+    if (saved == ENOENT)
+        explain_missing_interpreter(a->path, a->argv[0], &err);
     child_fail(errfd, &err, saved == ENOENT ? 127 : 126);
 }
 

@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 struct xmp_spawn_args {
@@ -24,7 +25,8 @@ struct xmp_spawn_args {
     int stderr_fd;
     const struct xmp_cgroup *cg; /* NULL: no cgroup */
     enum xmp_cgroup_mode mode;
-    const sigset_t *sigmask; /* the mask xmprun started with, restored in the child */
+    const sigset_t *sigmask;               /* the mask xmprun started with, restored in the child */
+    const struct rlimit *inherited_nofile; /* NULL: keep xmprun's RLIMIT_NOFILE */
 };
 
 struct xmp_spawned {

@@ -3,7 +3,7 @@
 #ifndef XMP_SPEC_H
 #define XMP_SPEC_H
 
-#include "isolate/devices.h"
+#include "runner/host.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -127,5 +127,9 @@ bool xmp_spec_env_reserved(const char *name);
 int xmp_parse_memory(const char *text, int64_t *bytes, char *msg, size_t msg_size);
 int xmp_parse_cpus(const char *text, int64_t *milli, char *msg, size_t msg_size);
 int xmp_parse_duration(const char *text, int64_t *ms, char *msg, size_t msg_size);
+/* The longest duration: a timeout or grace is added to a CLOCK_MONOTONIC time in nanoseconds,
+ * which a value near INT64_MAX milliseconds overflows (a deadline in the past, a skipped grace);
+ * a year is beyond any job and far from that edge. */
+#define XMP_DURATION_MAX_MS (INT64_C(8760) * 3600 * 1000)
 
 #endif

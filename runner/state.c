@@ -5,6 +5,7 @@
 #include "runner/state.h"
 
 #include "isolate/cleanup.h"
+#include "isolate/file.h"
 #include "runner/report.h"
 
 #include <dirent.h>
@@ -86,7 +87,7 @@ xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode m
     if (text == NULL || asprintf(&path, "%s/%s.json", dir, cgroup_name) < 0)
         return xmp_error_set(err, ENOMEM, "state file");
     /* Not fsynced: the file only has to outlive xmprun, not the machine (nor its cgroups). */
-    if (xmp_write_atomic(path, text, false, err) < 0)
+    if (xmp_file_write_atomic(path, text, false, err) < 0)
         return -1;
     return 0;
 }

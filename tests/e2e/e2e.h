@@ -148,8 +148,8 @@ e2e_pid_dead(pid_t pid)
     char path[64], buf[512], *p;
     FILE *f;
 
-    if (pid <= 0)
-        return true;
+    /* 0 or a negative number is no process: judging it "dead" would hide a lost pid. */
+    cr_assert_gt(pid, 0, "no pid to check (%d)", (int)pid);
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     f = fopen(path, "r");
     if (f == NULL)
@@ -162,17 +162,17 @@ e2e_pid_dead(pid_t pid)
     return p != NULL && (p[2] == 'Z' || p[2] == 'X');
 }
 
-/* Asserts the pid in a probe's pidfile (if it was written) is gone. */
+/* Asserts the pid in a probe's pidfile is gone; the pidfile must have been written, or the
+ * check would pass without checking anything. */
 static inline void
 e2e_assert_pidfile_dead(const struct e2e *e, const char *name)
 {
     char *path = e2e_path(e, name);
     char *text = xt_read_file(path);
-    if (text != NULL) {
-        pid_t pid = (pid_t)atoi(text);
-        cr_assert(e2e_pid_dead(pid), "process %d (%s) is still alive", (int)pid, name);
-        free(text);
-    }
+    cr_assert_not_null(text, "pidfile %s was never written", path);
+    pid_t pid = (pid_t)atoi(text);
+    cr_assert(e2e_pid_dead(pid), "process %d (%s) is still alive", (int)pid, name);
+    free(text);
     free(path);
 }
 
@@ -270,7 +270,12 @@ e2e_assert_clean(const struct e2e *e)
 
     json_array_foreach(workers, i, w)
     {
-        json_int_t pid = json_integer_value(json_object_get(w, "pid"));
+        json_t *jpid = json_object_get(w, "pid");
+        /* Only a worker that was never forked may have no pid. */
+        if (json_is_null(jpid) && strcmp(e2e_str(w, "state"), "failed_to_start") == 0)
+            continue;
+        cr_assert(json_is_integer(jpid), "worker %zu has no integer pid", i);
+        json_int_t pid = json_integer_value(jpid);
         cr_assert(e2e_pid_dead((pid_t)pid), "worker %zu (pid %lld) is still alive", i,
                   (long long)pid);
     }
@@ -297,11 +302,31 @@ e2e_fini(struct e2e *e)
     free(e->state_env);
 }
 
-/* True when the cgroup hierarchy this test runs in can be written (root, or delegated). */
+/* The report's duration in seconds. jansson's json_real_value() gives 0.0 for an integer, so a
+ * whole-second duration would pass any "less than" check: read it as any number. */
+static inline double
+e2e_duration(const struct e2e *e)
+{
+    json_t *d = json_object_get(e->rep, "duration_s");
+    cr_assert(json_is_number(d), "duration_s is not a number");
+    return json_number_value(d);
+}
+
+/* True when the cgroup hierarchy this test runs in can be written: root, or a user to whom the
+ * cgroup was delegated (every hierarchy's directory of our own cgroup is writable). */
 static inline bool
 e2e_can_cgroup(void)
 {
-    return geteuid() == 0;
+    static char dirs[16][4096];
+    size_t n;
+
+    if (geteuid() == 0)
+        return true;
+    n = e2e_own_cgroup_dirs(dirs, 16);
+    for (size_t i = 0; i < n; i++)
+        if (access(dirs[i], W_OK) != 0)
+            return false;
+    return n > 0;
 }
 
 #endif

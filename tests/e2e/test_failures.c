@@ -27,7 +27,7 @@ Test(failures, first_failure_exit_code_and_kill_all, .timeout = 120)
     cr_assert_str_eq(e2e_str(e2e_worker(&e, 2), "state"), "stopped_by_xmprun");
     cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "signal"), "SIGTERM");
     /* The sleeping workers were stopped at once, not after their 60 s. */
-    cr_assert_lt(json_real_value(json_object_get(e.rep, "duration_s")), 30.0);
+    cr_assert_lt(e2e_duration(&e), 30.0);
     cr_assert_not_null(strstr(e.r.err, "root cause: worker 1 (cpu) exited with status 3"));
     e2e_assert_clean(&e);
     e2e_fini(&e);
@@ -118,7 +118,7 @@ Test(failures, timeout_gives_124, .timeout = 120)
                      "the job hit its 1s timeout");
     cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "state"), "timeout");
     cr_assert_str_eq(e2e_str(e2e_worker(&e, 1), "state"), "timeout");
-    cr_assert_lt(json_real_value(json_object_get(e.rep, "duration_s")), 30.0);
+    cr_assert_lt(e2e_duration(&e), 30.0);
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
@@ -258,6 +258,10 @@ Test(failures, example_failfast, .timeout = 120)
     e2e_load_report(&e);
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(e.rep, "root_cause"), "rank")),
                  2);
+    /* The others sleep for 60 s: kill-all must have stopped them. */
+    for (size_t i = 0; i < 4; i++)
+        if (i != 2)
+            cr_assert_str_eq(e2e_str(e2e_worker(&e, i), "state"), "stopped_by_xmprun");
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
@@ -300,7 +304,68 @@ Test(failures, slow_console_does_not_stall_supervision, .timeout = 120)
     free(st);
     e2e_load_report(&e);
     cr_assert_str_eq(e2e_str(e.rep, "outcome"), "timeout");
-    cr_assert_lt(json_real_value(json_object_get(e.rep, "duration_s")), 4.0);
+    cr_assert_lt(e2e_duration(&e), 4.0);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* The grace, seen from the worker: rank 1 traps SIGTERM and keeps stamping the time; it must
+ * live on for most of the 3 s grace after its SIGTERM before the SIGKILL comes. This is a lower
+ * bound on a promised delay, not a speed check: a grace cut short fails it. */
+Test(failures, worker_gets_its_grace_before_sigkill, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: graceful\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'if [ \"$RANK\" = 0 ]; then while [ ! -s %2$s/w.alive ]; do sleep 0.05; "
+                 "done; exit 4; fi; exec %1$s stamp-term %2$s/w'\n"
+                 "on_failure: {action: kill-all, grace: 3s}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 4, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *w1 = e2e_worker(&e, 1);
+    cr_assert_str_eq(e2e_str(w1, "state"), "stopped_by_xmprun");
+    cr_assert_str_eq(e2e_str(w1, "signal"), "SIGKILL");
+    char *term = xt_read_file(e2e_path(&e, "w.term"));
+    char *alive = xt_read_file(e2e_path(&e, "w.alive"));
+    cr_assert(term != NULL && term[0] != '\0', "rank 1 never got SIGTERM");
+    cr_assert_not_null(alive);
+    double lived = atof(alive) - atof(term);
+    cr_assert_geq(lived, 2.0, "SIGKILL came %.3f s after SIGTERM; the grace is 3 s", lived);
+    free(term);
+    free(alive);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* A worker that dies by its own signal: state signaled, the signal's name, and xmprun exits
+ * 128+n as a shell would (SIGUSR1 = 10 -> 138). */
+Test(failures, worker_killed_by_its_own_signal_gives_128_plus_n, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: selfkill\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'if [ \"$RANK\" = 1 ]; then exec %1$s signal USR1; fi; "
+                 "exec %1$s sleep 60'\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 138, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_str_eq(e2e_str(e.rep, "outcome"), "failed");
+    cr_assert_eq(json_integer_value(json_object_get(e.rep, "exit_code")), 138);
+    json_t *rc = json_object_get(e.rep, "root_cause");
+    cr_assert_eq(json_integer_value(json_object_get(rc, "rank")), 1);
+    cr_assert_str_eq(e2e_str(rc, "reason"), "signaled");
+    json_t *w1 = e2e_worker(&e, 1);
+    cr_assert_str_eq(e2e_str(w1, "state"), "signaled");
+    cr_assert_str_eq(e2e_str(w1, "signal"), "SIGUSR1");
+    cr_assert(json_is_null(json_object_get(w1, "exit_code")) ||
+                  json_integer_value(json_object_get(w1, "exit_code")) == 138,
+              "exit_code of a signaled worker");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "state"), "stopped_by_xmprun");
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }

@@ -35,7 +35,8 @@ static void
 usage(void)
 {
     fputs("usage: probe exit N | sleep S | alloc MiB | forkbomb | setsid-orphan [PIDFILE] | "
-          "ignore-term | cgroup | limits | env NAME... | affinity | flood N | signal NAME | "
+          "ignore-term | stamp-term PREFIX | cgroup | limits | env NAME... | affinity | flood N | "
+          "signal NAME | "
           "errorfile | pidfile PATH [-- CMD...]\n",
           stderr);
     exit(64);
@@ -47,6 +48,58 @@ sleep_s(double s)
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
         ;
+}
+
+/* `stamp-term`: the time of the SIGTERM, kept for the loop to write out. */
+static volatile sig_atomic_t term_seen;
+static struct timespec term_at;
+
+static void
+stamp_term(int sig)
+{
+    (void)sig;
+    clock_gettime(CLOCK_REALTIME, &term_at);
+    term_seen = 1;
+}
+
+/* Writes "<seconds>.<nanoseconds>\n" over the start of fd (clock_gettime and pwrite only, so
+ * each stamp costs no fork, even in a slow emulated guest). */
+static void
+write_stamp(int fd, const struct timespec *ts)
+{
+    char buf[64];
+    int n = snprintf(buf, sizeof(buf), "%lld.%09ld\n", (long long)ts->tv_sec, ts->tv_nsec);
+    (void)!pwrite(fd, buf, (size_t)n, 0);
+}
+
+/* Traps SIGTERM, notes when it came in PREFIX.term, and stamps the time in PREFIX.alive every
+ * 10 ms until SIGKILL ends it: PREFIX.alive - PREFIX.term is how long it lived after SIGTERM. */
+static int
+do_stamp_term(const char *prefix)
+{
+    char path[4096];
+    struct sigaction sa = {.sa_handler = stamp_term};
+    int alive, term;
+
+    snprintf(path, sizeof(path), "%s.alive", prefix);
+    alive = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    snprintf(path, sizeof(path), "%s.term", prefix);
+    term = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (alive < 0 || term < 0)
+        return 2;
+    sigaction(SIGTERM, &sa, NULL);
+    printf("stamping until SIGKILL\n");
+    fflush(stdout);
+    for (bool written = false;;) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        write_stamp(alive, &now);
+        if (term_seen && !written) {
+            write_stamp(term, &term_at);
+            written = true;
+        }
+        sleep_s(0.01);
+    }
 }
 
 static void
@@ -215,6 +268,8 @@ run(int argc, char **argv)
         sleep_s(argc >= 2 ? atof(argv[1]) : 60);
         return 0;
     }
+    if (strcmp(cmd, "stamp-term") == 0 && argc >= 2)
+        return do_stamp_term(argv[1]);
     if (strcmp(cmd, "cgroup") == 0) {
         char *text = NULL;
         size_t len = 0;

@@ -5,7 +5,7 @@
 set -u
 py=/usr/bin/python3
 if ! [ -x "$py" ] || ! "$py" -c 'import yaml, jsonschema' 2>/dev/null; then
-    echo "skipped: $py with python3-yaml and python3-jsonschema is needed"
+    echo "[SKIP] scripts::test_schema_agreement: $py with python3-yaml and python3-jsonschema is needed"
     exit 77
 fi
 here=$(cd "$(dirname "$0")" && pwd)

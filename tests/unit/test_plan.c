@@ -329,6 +329,14 @@ Test(plan, cpusets_keep_cores_whole)
     cr_assert_str_eq(p.workers[2].cpuset, "3,7");
     xmp_plan_free(&p);
 
+    s.workers = 4; /* as many workers as cores: one core (both its threads) each */
+    build(&s, NULL, &p);
+    cr_assert_str_eq(p.workers[0].cpuset, "0,4");
+    cr_assert_str_eq(p.workers[1].cpuset, "1,5");
+    cr_assert_str_eq(p.workers[2].cpuset, "2,6");
+    cr_assert_str_eq(p.workers[3].cpuset, "3,7");
+    xmp_plan_free(&p);
+
     s.workers = 0; /* auto: one per CPU, fewer cores than workers: one thread each */
     build(&s, NULL, &p);
     cr_assert_eq(p.n_workers, 8);

@@ -42,6 +42,9 @@ Test(quantity, memory)
         {"1.5Gi", 1610612736, NULL},
         {"0.5Mi", 524288, NULL},
         {"8G", 8000000000, NULL},
+        {"1500M", 1500000000, NULL},
+        {"3Mi", 3145728, NULL},
+        {"2Gi", INT64_C(2147483648), NULL},
         {"1k", 1000, NULL},
         {"2T", 2000000000000, NULL},
         {"1Ti", INT64_C(1) << 40, NULL},
@@ -118,7 +121,17 @@ Test(quantity, durations)
         {"h", -1, "\"h\" is not a duration (examples: 90s, 30m, 1h30m, 250ms)"},
         {"1hh", -1, "\"1hh\" is not a duration (examples: 90s, 30m, 1h30m, 250ms)"},
         {"1 h", -1, "\"1 h\" is not a duration (examples: 90s, 30m, 1h30m, 250ms)"},
-        {"9999999999999999h", -1, "\"9999999999999999h\" is too large"},
+        {"9999999999999999h", -1, "\"9999999999999999h\" is too long (at most 8760h, 365 days)"},
+        /* Bounded so that the timeout or grace in nanoseconds cannot overflow: the first
+         * wrapped to a 10 ms deadline before. */
+        {"8760h", INT64_C(8760) * 3600000, NULL},
+        {"8759h59m59s999ms", INT64_C(8760) * 3600000 - 1, NULL},
+        {"8760h1ms", -1, "\"8760h1ms\" is too long (at most 8760h, 365 days)"},
+        {"18446744073710ms", -1, "\"18446744073710ms\" is too long (at most 8760h, 365 days)"},
+        {"9223372036854775807ms", -1,
+         "\"9223372036854775807ms\" is too long (at most 8760h, 365 days)"},
+        {"99999999999999999999999s", -1,
+         "\"99999999999999999999999s\" is too long (at most 8760h, 365 days)"},
     };
 
     check_table(xmp_parse_duration, cases, sizeof(cases) / sizeof(cases[0]));

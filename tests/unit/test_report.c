@@ -228,6 +228,9 @@ Test(report, json_matches_schema, .timeout = 60)
     w->stderr_tail[1] = strdup("bad \xff utf8");
     w->error_file = json_pack("{s:{s:s}}", "message", "message", "boom");
     w = add_worker(&r, XMP_WORKER_SIGNALED, -1, SIGSEGV, 50);
+    /* An error file that was cut: its text, and the note that says so. */
+    w->error_file = xmp_report_text_json("{\"message\": \"Traceback \xff");
+    snprintf(w->error_file_note, sizeof(w->error_file_note), "cut: the error file is 1.0 MiB");
     r.attempts = calloc(1, sizeof(*r.attempts));
     r.n_attempts = 1;
     r.restarts = 1;
@@ -244,6 +247,10 @@ Test(report, json_matches_schema, .timeout = 60)
     text = xt_read_file(path);
     cr_assert_not_null(strstr(text, "\"schema\": \"xmprun.report/v1\""));
     cr_assert_not_null(strstr(text, "\"signal\": \"SIGSEGV\""));
+    cr_assert_not_null(
+        strstr(text, "\"error_file\": \"{\\\"message\\\": \\\"Traceback \xef\xbf\xbd\""), "%s",
+        text);
+    cr_assert_not_null(strstr(text, "\"error_file_note\": \"cut: the error file is 1.0 MiB\""));
     /* The invalid byte is replaced, the rest of the line kept. */
     cr_assert_not_null(strstr(text, "\"bad \xef\xbf\xbd utf8\""), "%s", text);
     cr_assert_not_null(strstr(text, "\"started_at\": \"2023-11-14T22:13:20.000Z\""));

@@ -2,7 +2,7 @@
  * dlopen on the real host) and TPU chips (sysfs), every file read below a root directory so that
  * fixture trees stand in for hosts. Also the Linux cpulist format. */
 #define _GNU_SOURCE
-#include "isolate/devices.h"
+#include "runner/host.h"
 
 #include "isolate/cleanup.h"
 

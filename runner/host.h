@@ -1,8 +1,9 @@
 /* Host discovery: the CPUs xmprun may run on, NVIDIA GPUs and TPU chips with their PCI address,
- * NUMA node and local CPUs. Every host file is read below a root directory (XMPRUN_HOST_ROOT in
- * tests), so fixture trees stand in for real hosts. */
-#ifndef XMP_DEVICES_H
-#define XMP_DEVICES_H
+ * NUMA node and local CPUs. It lives in runner/ because finding devices confines nothing. Every
+ * host file is read below a root directory (XMPRUN_HOST_ROOT in tests), so fixture trees stand in
+ * for real hosts. */
+#ifndef XMP_HOST_H
+#define XMP_HOST_H
 
 #include "isolate/error.h"
 

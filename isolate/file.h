@@ -1,0 +1,47 @@
+/* Files xmprun writes or reads on the user's behalf (the report, the state file, logs.dir, the
+ * workers' error files), opened so that nothing planted at those paths (a symbolic link, a FIFO,
+ * a device node) is written through, blocked on or replaced; and xmprun's own descriptor limit. */
+#ifndef XMP_FILE_H
+#define XMP_FILE_H
+
+#include "isolate/error.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+/* Checks, before anything is started, that path can be written: its directory exists and
+ * accepts a new file, and path is absent or a regular file (never a link, FIFO, device node
+ * or directory, which the write would replace or write through). */
+int xmp_file_check_target(const char *path, struct xmp_error *err);
+
+/* Writes text and a newline to a temp file next to path, then renames it over path; with
+ * durable, fsyncs the file and the directory. Messages name path, never the temp file, which is
+ * removed on failure. */
+int xmp_file_write_atomic(const char *path, const char *text, bool durable, struct xmp_error *err);
+
+/* Opens path (O_WRONLY/O_RDONLY plus O_CREAT, O_TRUNC, O_APPEND as given) with openat() on its
+ * directory and O_NOFOLLOW | O_CLOEXEC, without blocking on a FIFO; refuses anything but a
+ * regular file. Returns the fd, or -1. */
+int xmp_file_open_below(const char *path, int flags, mode_t mode, struct xmp_error *err);
+
+/* Reads at most max bytes of the regular file at path (opened as xmp_file_open_below does) into
+ * a NUL-terminated *text (free it). *size is the file's size: more than *len means it was cut.
+ * Fails with errnum ENOENT when there is no file. */
+int xmp_file_read_bounded(const char *path, size_t max, char **text, size_t *len, int64_t *size,
+                          struct xmp_error *err);
+
+/* Raises the soft RLIMIT_NOFILE to the hard one (a job of many workers holds several descriptors
+ * each) and stores the limit xmprun inherited in *inherited, for the workers to get back. */
+int xmp_file_raise_nofile(struct rlimit *inherited, struct xmp_error *err);
+/* The number of descriptors this process has open now. */
+size_t xmp_file_count_open(void);
+/* If the descriptor table is full right now, replaces err's message with "out of file
+ * descriptors (RLIMIT_NOFILE N)" and returns true: libraries report EMFILE in their own words
+ * (libcgroup's "Cgroup is not mounted"), so the check is made on the table itself, at the
+ * failure, before anything is closed. */
+bool xmp_file_explain_emfile(struct xmp_error *err);
+
+#endif
