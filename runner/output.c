@@ -84,6 +84,9 @@ xmp_stream_init(struct xmp_stream *s, int fd, int rank, struct xmp_console *cons
     s->rank = rank;
     s->console = console;
     s->prefix = prefix;
+    s->prefix_len = (size_t)snprintf(s->prefix_text, sizeof(s->prefix_text), "[%d] ", rank);
+    if (s->prefix_len >= sizeof(s->prefix_text))
+        s->prefix_len = sizeof(s->prefix_text) - 1;
     s->log_fd = log_fd;
     s->log_errno = 0;
     s->tail = tail;
@@ -347,14 +350,8 @@ console_maybe_flush(struct xmp_console *c)
 static void
 emit_line(struct xmp_stream *s, const char *line, size_t len)
 {
-    char prefix[32];
-    size_t plen = 0;
-
-    if (s->console != NULL) {
-        if (s->prefix)
-            plen = (size_t)snprintf(prefix, sizeof(prefix), "[%d] ", s->rank);
-        console_put_line(s->console, prefix, plen, line, len);
-    }
+    if (s->console != NULL)
+        console_put_line(s->console, s->prefix_text, s->prefix ? s->prefix_len : 0, line, len);
     if (s->tail != NULL)
         xmp_tail_push(s->tail, line, len);
 }

@@ -62,10 +62,12 @@ struct xmp_stream {
     int rank;
     struct xmp_console *console; /* NULL for none */
     bool prefix;                 /* "[rank] " before each console line */
-    int log_fd;                  /* -1 for none */
-    int log_errno;               /* the error that stopped the log file, 0 for none */
-    struct xmp_tail *tail;       /* NULL: not kept */
-    char *buf;                   /* the partial line, XMP_LINE_MAX bytes */
+    char prefix_text[16];        /* that prefix, made once */
+    size_t prefix_len;
+    int log_fd;            /* -1 for none */
+    int log_errno;         /* the error that stopped the log file, 0 for none */
+    struct xmp_tail *tail; /* NULL: not kept */
+    char *buf;             /* the partial line, XMP_LINE_MAX bytes */
     size_t len;
 };
 
