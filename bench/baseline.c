@@ -397,7 +397,7 @@ tagger(int n, const char *mib)
     ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
     struct pollfd *pfd = calloc((size_t)n, sizeof(*pfd));
     char **part = calloc((size_t)n, sizeof(char *));
-    size_t *plen = calloc((size_t)n, sizeof(size_t)), olen = 0, ocap = 1 << 20;
+    size_t *plen = calloc((size_t)n, sizeof(size_t)), olen = 0, ocap = 64 * 1024; /* as xmprun */
     char *out = malloc(ocap + 70000), rbuf[65536];
     int open_n = n;
 
