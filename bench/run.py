@@ -92,10 +92,13 @@ print(f"# floor = same isolation as xmprun (cgroup2 + v1 {floor_min or 'none'});
 if "launch" in only:
     print("\n## launch -> exit, N workers of /bin/true")
     print(f"{'N':>4} {'fork+exec':>9} {'floor':>7} {'floor-all':>9} {'xmprun':>7} {'/floor':>6} "
-          f"{'/all':>5} {'tmpfs':>7} {'/floor':>6} {'no-cg':>7} {'/fork':>6}   (ms)")
+          f"{'/all':>5} {'tmpfs':>7} {'/floor':>6} {'no-cg':>7} {'/fork':>6} {'no-cg,tmpfs':>11} "
+          f"{'/fork':>6}   (ms)")
     for n in [int(s) for s in args.sizes.split(",")]:
         path = spec(f"bench-true-{n}", n, "[/bin/true]")
         shm_path = spec(f"bench-true-shm-{n}", n, "[/bin/true]", report=os.path.join(shm, "r.json"))
+        off_shm = spec(f"bench-true-off-shm-{n}", n, "[/bin/true]", "isolation: {cgroups: off}\n",
+                       report=os.path.join(shm, "r.json"))
         off = spec(f"bench-true-off-{n}", n, "[/bin/true]", "isolation: {cgroups: off}\n")
         cases = {
             "fork": [baseline, "launch", str(n)],
@@ -104,6 +107,7 @@ if "launch" in only:
             "xmprun": [xmprun, "-q", path],
             "shm": [xmprun, "-q", shm_path],
             "off": [xmprun, "-q", off],
+            "offshm": [xmprun, "-q", off_shm],
         }
         res = {k: [] for k in cases}
         for _ in range(args.reps):  # interleaved, so drift affects all alike
@@ -114,7 +118,8 @@ if "launch" in only:
         m = {k: ms(v) for k, v in res.items()}
         print(f"{n:>4} {m['fork']:>9.2f} {m['floor']:>7.2f} {m['all']:>9.2f} {m['xmprun']:>7.2f} "
               f"{m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} {m['shm']:>7.2f} "
-              f"{m['shm'] / m['floor']:>6.2f} {m['off']:>7.2f} {m['off'] / m['fork']:>6.2f}")
+              f"{m['shm'] / m['floor']:>6.2f} {m['off']:>7.2f} {m['off'] / m['fork']:>6.2f} "
+              f"{m['offshm']:>11.2f} {m['offshm'] / m['fork']:>6.2f}")
 
 stamp = os.path.join(tmp, "stamp")
 fenv = dict(os.environ, BENCH_STAMP=stamp, BENCH_FAIL_MS="300")
