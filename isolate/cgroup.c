@@ -358,6 +358,23 @@ xmp_cgroup_path(const struct xmp_cgroup *cg)
     return cg->path;
 }
 
+int64_t
+xmp_cgroup_memory_current(const struct xmp_cgroup *cg)
+{
+    const struct xmp_cg_layout *lay = cg->layout;
+    struct xmp_error err = {0};
+    char buf[64];
+
+    for (size_t i = 0; i < lay->n; i++) {
+        if (!(cg->own & (1u << i)) || !(lay->h[i].ctrls & XMP_CG_MEMORY))
+            continue;
+        if (xmp_cg_read(cg->dir[i], lay->h[i].v2 ? "memory.current" : "memory.usage_in_bytes", buf,
+                        sizeof(buf), &err) == 0)
+            return strtoll(buf, NULL, 10);
+    }
+    return -1;
+}
+
 static int
 write_pid(const char *procs, const char *num, size_t len, struct xmp_error *err)
 {

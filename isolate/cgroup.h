@@ -98,6 +98,11 @@ int xmp_cgroup_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *
  * report and messages. */
 const char *xmp_cgroup_path(const struct xmp_cgroup *cg);
 
+/* The memory the cgroup uses now (v2 memory.current, v1 memory.usage_in_bytes), or -1 when it
+ * has no memory controller or the read fails. One small read: the live status line calls it
+ * every second per worker. */
+int64_t xmp_cgroup_memory_current(const struct xmp_cgroup *cg);
+
 /* Kills what is left, waits (bounded, 5 s) until empty, removes the directories in every
  * hierarchy, children first, and frees cg (even on failure; the error names what is left).
  * Safe on NULL. */

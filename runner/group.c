@@ -85,6 +85,10 @@ xmp_group_setup_consoles(struct xmp_supervisor *sv)
         xmp_console_init(&sv->consoles[i], fd, !pollable);
     }
     sv->reading_paused = false;
+    xmp_status_init(&sv->status, !xmp_quiet(sv));
+    if (sv->status.timerfd >= 0 &&
+        ep_ctl(sv, EPOLL_CTL_ADD, sv->status.timerfd, EPOLLIN, XMP_EV_STATUS, 0) < 0)
+        xmp_status_free(&sv->status);
 }
 
 struct xmp_console *
@@ -101,6 +105,10 @@ service_consoles(struct xmp_supervisor *sv)
 {
     bool high = false, low = true;
 
+    /* Output for the terminal goes where the status line is: erase it first. */
+    for (int i = 0; i < 2; i++)
+        if (sv->status.covers[i] && sv->consoles[i].len > 0)
+            xmp_status_erase(&sv->status);
     for (int i = 0; i < (sv->consoles_shared ? 1 : 2); i++) {
         struct xmp_console *c = &sv->consoles[i];
         size_t left = xmp_console_flush(c);
@@ -153,6 +161,41 @@ consoles_pending(const struct xmp_supervisor *sv)
     return false;
 }
 
+/* Draws the status line when a tick made it due and the terminal has no output queued (that
+ * would erase it again at once). */
+static void
+service_status(struct xmp_supervisor *sv)
+{
+    struct xmp_status_info info = {.nearest_rank = -1, .nearest_memory = -1};
+    double nearest = -1.0;
+
+    if (!sv->status.due)
+        return;
+    for (int i = 0; i < 2; i++)
+        if (sv->status.covers[i] && sv->consoles[i].len > 0)
+            return;
+    sv->status.due = false;
+    info.elapsed_ms = (xmp_now_ns() - sv->report.started_mono_ns) / 1000000;
+    info.running = sv->n_running;
+    info.ended = sv->n_workers - sv->n_running;
+    info.job_memory = sv->job_cg != NULL ? xmp_cgroup_memory_current(sv->job_cg) : -1;
+    info.job_limit = sv->plan.job_limits.memory > 0 ? sv->plan.job_limits.memory : -1;
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        const struct xmp_worker *w = &sv->workers[i];
+        int64_t cur = w->running && w->cg != NULL ? xmp_cgroup_memory_current(w->cg) : -1;
+        int64_t lim = w->pw->limits.memory;
+        /* Nearest its limit; without limits, the one using most. */
+        double score = lim > 0 ? (double)cur / (double)lim : (double)cur / 1e18;
+        if (cur < 0 || score <= nearest)
+            continue;
+        nearest = score;
+        info.nearest_rank = w->pw->rank;
+        info.nearest_memory = cur;
+        info.nearest_limit = lim > 0 ? lim : -1;
+    }
+    xmp_status_draw(&sv->status, &info);
+}
+
 static void
 ep_del(struct xmp_supervisor *sv, int fd)
 {
@@ -203,8 +246,10 @@ kill_all_now(struct xmp_supervisor *sv)
         struct xmp_worker *w = &sv->workers[i];
         /* cgroup.kill (or freeze, kill, thaw) also gets the grandchildren that called setsid()
          * or ignore SIGTERM, which the process group misses. */
-        if (w->cg != NULL && xmp_cgroup_kill(w->cg, &err) < 0 && !xmp_quiet(sv))
+        if (w->cg != NULL && xmp_cgroup_kill(w->cg, &err) < 0 && !xmp_quiet(sv)) {
+            xmp_status_erase(&sv->status);
             fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank, err.msg);
+        }
         signal_worker(w, SIGKILL);
     }
     sv->kill_at_ns = 0;
@@ -367,6 +412,7 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
     if (sv->opts != NULL && sv->opts->verbosity > 0) {
         char msg[512];
         xmp_worker_describe(rep, msg, sizeof(msg));
+        xmp_status_erase(&sv->status); /* xmprun's own lines go below it too */
         fprintf(stderr, "xmprun: %s\n", msg);
     }
     if (xmp_worker_failed(rep))
@@ -759,6 +805,9 @@ dispatch(struct xmp_supervisor *sv, const struct epoll_event *ev)
     case XMP_EV_EXEC:
         read_exec_status(sv, &sv->workers[index], false);
         return;
+    case XMP_EV_STATUS:
+        xmp_status_tick(&sv->status);
+        return;
     }
 }
 
@@ -830,6 +879,7 @@ xmp_group_run(struct xmp_supervisor *sv)
     for (size_t i = 0; i < sv->n_workers; i++)
         if (!sv->workers[i].running && xmp_worker_failed(sv->workers[i].rep))
             on_worker_failure(sv);
+    xmp_status_arm(&sv->status, true);
 
     while (sv->n_running > 0) {
         /* Lines are gathered while events keep coming and written when the loop goes idle. */
@@ -856,7 +906,12 @@ xmp_group_run(struct xmp_supervisor *sv)
             dispatch(sv, &evs[i]);
         if (consoles_full(sv))
             service_consoles(sv);
+        service_status(sv);
     }
+    /* The summary and xmprun's messages come next, on a clean line. */
+    xmp_status_arm(&sv->status, false);
+    sv->status.due = false;
+    xmp_status_erase(&sv->status);
 
     /* Whatever a worker left behind in its process group is part of the job and ends with it;
      * the cgroups catch the rest when they are destroyed. */

@@ -9,6 +9,7 @@
 #include "runner/plan.h"
 #include "runner/report.h"
 #include "runner/spawn.h"
+#include "runner/status.h"
 #include "runner/supervise.h"
 
 #include <signal.h>
@@ -25,6 +26,7 @@ enum xmp_ev_kind {
     XMP_EV_STDERR,
     XMP_EV_CONSOLE, /* index 0: xmprun's stdout, 1: its stderr, writable again */
     XMP_EV_EXEC,    /* a worker's exec-status pipe */
+    XMP_EV_STATUS,  /* the status line's 1 s timer */
 };
 
 enum xmp_stop_reason { XMP_STOP_NONE = 0, XMP_STOP_FAILURE, XMP_STOP_TIMEOUT, XMP_STOP_INTERRUPT };
@@ -70,6 +72,7 @@ struct xmp_supervisor {
     bool consoles_shared;           /* both are one file: consoles[0] serves both */
     int console_watched[2];         /* the fd in the epoll set for EPOLLOUT, or -1 */
     bool reading_paused;            /* a console is over XMP_CONSOLE_HIGH */
+    struct xmp_status status;       /* the live status line (a terminal stderr only) */
     struct xmp_worker *workers;
     size_t n_workers;
     size_t n_running;

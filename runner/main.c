@@ -3,6 +3,7 @@
 #include "isolate/error.h"
 #include "runner/host.h"
 #include "runner/plan.h"
+#include "runner/report_load.h"
 #include "runner/spec.h"
 #include "runner/supervise.h"
 
@@ -38,6 +39,7 @@ static const char usage_text[] =
     "       xmprun [OPTIONS] plan JOB.yaml          print the resolved plan as JSON\n"
     "       xmprun [OPTIONS] plan -n N -- CMD...    the plan of a spec-less job\n"
     "       xmprun gc                               clean up after an xmprun that was SIGKILLed\n"
+    "       xmprun report REPORT.json               print a saved report's summary\n"
     "\n"
     "options:\n"
     "  -n, --workers N       number of workers (overrides the spec's `workers`)\n"
@@ -48,9 +50,9 @@ static const char usage_text[] =
     "      --version         print the version and exit\n"
     "  -h, --help            print this help and exit\n"
     "\n"
-    "Exit status: 0 all workers succeeded; the failing worker's exit code, or 128+N if it died of\n"
-    "signal N (137 for an OOM kill); 124 timeout; 130/143 interrupted; 2 bad usage or spec;\n"
-    "125 the job could not be set up. The contract is in README.md and schemas/.\n";
+    "Exit status: 0, the failing worker's exit code or 128+signal, 124 timeout, 130/143\n"
+    "interrupted, 2 bad usage or spec, 125 setup failed.\n"
+    "The commands, spec fields, worker environment and report: man xmprun, man xmprun.yaml\n";
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -332,6 +334,28 @@ cmd_gc(const struct cli *cli)
     return 0;
 }
 
+/* `xmprun report FILE.json`: the saved report's summary, printed by the live run's own code, and
+ * the job's exit status. */
+static int
+cmd_report(const struct cli *cli)
+{
+    struct xmp_report_file f = {0};
+    struct xmp_error err = {0};
+    int status;
+
+    if (cli->n_args != 2 || cli->command != NULL)
+        return usage_error("%s", "report: give one report file (xmprun report JOB.report.json)");
+    if (xmp_report_load(cli->args[1], &f, &err) < 0) {
+        fprintf(stderr, "xmprun: report: %s\n", err.msg);
+        xmp_report_file_free(&f);
+        return EXIT_USAGE;
+    }
+    xmp_report_print_summary(&f.report, stdout);
+    status = f.report.exit_code;
+    xmp_report_file_free(&f);
+    return status;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -346,6 +370,8 @@ main(int argc, char **argv)
             status = cmd_plan(&cli);
         } else if (verb != NULL && strcmp(verb, "gc") == 0) {
             status = cmd_gc(&cli);
+        } else if (verb != NULL && strcmp(verb, "report") == 0) {
+            status = cmd_report(&cli);
         } else if (verb == NULL && cli.command == NULL) {
             status = usage_error("%s", "no job given: xmprun JOB.yaml, or xmprun -n N -- CMD");
         } else {

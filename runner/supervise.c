@@ -410,6 +410,7 @@ cleanup(struct xmp_supervisor *sv)
         close(sv->stdin_fd);
     for (int i = 0; i < 2; i++)
         xmp_console_free(&sv->consoles[i]);
+    xmp_status_free(&sv->status);
     if (sv->have_plan)
         xmp_plan_free(&sv->plan);
     if (sv->have_host)
@@ -421,8 +422,13 @@ int
 xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
             struct xmp_error *setup_err)
 {
-    struct xmp_supervisor sv = {
-        .spec = spec, .opts = opts, .epfd = -1, .sigfd = -1, .timerfd = -1, .stdin_fd = -1};
+    struct xmp_supervisor sv = {.spec = spec,
+                                .opts = opts,
+                                .epfd = -1,
+                                .sigfd = -1,
+                                .timerfd = -1,
+                                .stdin_fd = -1,
+                                .status = {.fd = -1, .timerfd = -1}};
     struct xmp_error err = {0};
     char buf[512];
     const char *path;

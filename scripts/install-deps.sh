@@ -3,7 +3,8 @@
 # Idempotent and quiet when everything is already present; run as root.
 set -eu
 pkgs="build-essential cmake pkg-config libyaml-dev libcgroup-dev libseccomp-dev libjansson-dev
-libcriterion-dev python3 python3-yaml python3-jsonschema python3-torch clang clang-format libclang-rt-14-dev"
+libcriterion-dev python3 python3-yaml python3-jsonschema python3-torch clang clang-format libclang-rt-14-dev
+scdoc man-db tmux mmdebstrap"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"

@@ -1,0 +1,108 @@
+#!/bin/bash
+# examples/slurm/README.md, run word for word with real Slurm: sbatch --wait runs train.sbatch,
+# whose srun starts one xmprun, which starts one worker per GPU of the gres allocation with
+# CUDA_VISIBLE_DEVICES pinned and the torchrun variables from Slurm's; the batch job exits with
+# the job's status and `xmprun report` reads the report back.
+#
+# Needs the one-node cluster of ../shared/tools/slurm-setup.sh (4 fake GPUs; it holds
+# /tmp/xmp-slurm.lock while it runs). The fake GPUs are only device files, so xmprun discovers
+# them from a host tree made here (XMPRUN_HOST_ROOT: 4 NVIDIA GPUs on NUMA node 0, with this
+# machine's CPUs), which sbatch passes on to the job. Without Slurm it skips (77) and says so
+# loudly (tests/check-skips.sh fails CI on it unless .ci/run expects it).
+set -u
+src=$(cd "$XMPRUN_SOURCE_DIR" && pwd)
+build=$(cd "$(dirname "$XMPRUN_BIN")" && pwd)
+setup=${XMP_SLURM_SETUP:-$src/../shared/tools/slurm-setup.sh}
+cannot() {
+    echo "********************************************************************************"
+    echo "[SKIP] scripts::test_slurm: cannot run: $*"
+    echo "********************************************************************************"
+    exit 77
+}
+command -v sbatch >/dev/null || cannot "Slurm is not installed (run ../shared/tools/slurm-setup.sh)"
+if [ -z "${XMP_SLURM_LOCKED:-}" ]; then
+    XMP_SLURM_LOCKED=1 exec flock /tmp/xmp-slurm.lock "$0" "$@"
+fi
+if [ -z "${SLURM_CONF:-}" ] && [ -x "$setup" ]; then
+    eval "$("$setup" env 2>/dev/null | grep '^export SLURM_CONF=')"
+fi
+export SLURM_CONF=${SLURM_CONF:-/tmp/xmp-real/slurm/etc/slurm.conf}
+timeout 20 sinfo -h -o '%a %T' 2>/dev/null | grep -q '^up \(idle\|mixed\|allocated\)' ||
+    cannot "no Slurm cluster answers (SLURM_CONF=$SLURM_CONF; run ../shared/tools/slurm-setup.sh)"
+
+work=$(mktemp -d)
+demo=/tmp/slurm-demo
+cleanup() { rm -rf "$work" "$demo"; }
+trap cleanup EXIT
+rm -rf "$demo"
+# The host tree: 4 GPUs (Slurm's gres count) on NUMA node 0 with every CPU of this machine.
+host=$work/host
+cpus=$(cat /sys/devices/system/cpu/online)
+mkdir -p "$host/sys/devices/system/cpu" "$host/sys/devices/system/node/node0" "$host/proc/sys/kernel"
+echo "$cpus" >"$host/sys/devices/system/cpu/online"
+echo "$cpus" >"$host/sys/devices/system/node/node0/cpulist"
+hostname >"$host/proc/sys/kernel/hostname"
+for i in 0 1 2 3; do
+    pci=0000:1$i:00.0
+    mkdir -p "$host/proc/driver/nvidia/gpus/$pci" "$host/sys/bus/pci/devices/$pci"
+    printf 'Model: \t\t Fake GPU\nGPU UUID: \t GPU-00000000-0000-4000-8000-00000000000%d\nBus Location: \t %s\nDevice Minor: \t %d\n' \
+        "$i" "$pci" "$i" >"$host/proc/driver/nvidia/gpus/$pci/information"
+    d=$host/sys/bus/pci/devices/$pci
+    echo 0x10de >"$d/vendor"; echo 0x2330 >"$d/device"; echo 0x030200 >"$d/class"
+    echo 0 >"$d/numa_node"; echo "$cpus" >"$d/local_cpulist"
+done
+
+readme=$src/examples/slurm/README.md
+script=$(awk '/^```sh$/ {f = 1; next} /^```$/ {f = 0} f' "$readme")
+[ -n "$script" ] || { echo "FAIL: no sh blocks in $readme"; exit 1; }
+log=$work/log
+(cd "$src" && XMPRUN_HOST_ROOT=$host PATH="$build:$PATH" bash -c "$script") >"$log" 2>&1
+cat "$log"
+status=0
+fail() { echo "FAIL: $*"; status=1; }
+grep -qx 'exit status 0' "$log" || fail "sbatch --wait did not exit 0"
+grep -q '^\[0\] rank 0 of 2 (node 0): CUDA_VISIBLE_DEVICES=0 MASTER_ADDR=.*:29500$' "$log" ||
+    fail "worker 0 did not get GPU 0 of the allocation"
+grep -q '^\[1\] rank 1 of 2 (node 0): CUDA_VISIBLE_DEVICES=1 MASTER_ADDR=.*:29500$' "$log" ||
+    fail "worker 1 did not get GPU 1 of the allocation"
+grep -q '^xmprun: job slurm-demo (.*) succeeded after .*, exit status 0$' "$log" ||
+    fail "xmprun report did not print the job's summary"
+rep=$demo/slurm-demo.report.json
+if [ -s "$rep" ]; then
+    /usr/bin/python3 - "$rep" "$src/schemas/report.schema.json" <<'PY' || status=1
+import json, sys, jsonschema
+rep = json.load(open(sys.argv[1]))
+jsonschema.validate(rep, json.load(open(sys.argv[2])))
+devs = [w["devices"] for w in rep["workers"]]
+print("report: outcome %s, devices %s, world_size %s" % (rep["outcome"], devs, rep["job"]["world_size"]))
+sys.exit(0 if rep["outcome"] == "succeeded" and devs == [["cuda:0"], ["cuda:1"]] else 1)
+PY
+else
+    fail "no report at $rep"
+fi
+# scancel reaches xmprun and its workers together: exit 143 and a complete report. SPEC.md calls
+# that outcome `interrupted`; until issue 6 lands, a worker that sees the SIGTERM first is still
+# taken for the root cause in about 3 runs of 10 (outcome `failed`, "killed by signal SIGTERM").
+# Then the accepted outcomes below shrink to "interrupted".
+mkdir -p "$work/cancel" && cp "$src/examples/slurm/job.yaml" "$work/cancel/"
+id=$(cd "$work/cancel" && XMPRUN_HOST_ROOT=$host PATH="$build:$PATH" sbatch --parsable --gres=gpu:2 \
+    -o out.log --wrap "srun --ntasks-per-node=1 xmprun --set 'command=[sh, -c, \"echo started; exec sleep 600\"]' job.yaml")
+# (bounds for a busy node, where the job may wait for its turn; not timings)
+for _ in $(seq 600); do grep -q started "$work/cancel/out.log" 2>/dev/null && break; sleep 0.3; done
+grep -q started "$work/cancel/out.log" 2>/dev/null ||
+    { fail "the job to cancel did not start"; squeue; cat "$work/cancel/out.log"; }
+scancel "$id"
+for _ in $(seq 200); do [ -z "$(squeue -h -j "$id" 2>/dev/null)" ] && break; sleep 0.3; done
+crep=$work/cancel/slurm-demo.report.json
+/usr/bin/python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("scancel: outcome %s, exit_code %s" % (r["outcome"], r["exit_code"]))
+complete = len(r["workers"]) == 2 and all(w["ended_at"] and w["signal"] == "SIGTERM" for w in r["workers"])
+race = r["outcome"] == "failed" and "SIGTERM" in r["root_cause"]["message"]
+sys.exit(0 if (r["outcome"] == "interrupted" or race) and r["exit_code"] == 143 and complete else 1)' "$crep" ||
+    { fail "scancel did not give a complete report with exit code 143"; cat "$work/cancel/out.log"; }
+[ $status = 0 ] || { echo "--- squeue:"; squeue; }
+left=$(find /sys/fs/cgroup -maxdepth 9 -type d -name 'xmprun-slurm-demo-*' 2>/dev/null)
+[ -z "$left" ] || fail "cgroups left behind: $left"
+exit $status
