@@ -1,28 +1,64 @@
-/* The baselines xmprun is measured against, and the worker the failure-latency benchmark runs:
- *   baseline launch N      fork+exec N children running /bin/true, wait for all
- *   baseline failfast N    fork+exec N `baseline worker` children, wait for the first exit, SIGTERM
- *                          the rest and wait for them (what torch.multiprocessing.spawn does)
- *   baseline worker        RANK 0: sleep BENCH_FAIL_MS, write CLOCK_MONOTONIC ns to
- *                          BENCH_STAMP, exit 1; other ranks: sleep 60 s
- *   baseline cgmove FILE   write our own pid to the cgroup.procs FILE of the cgroup we are
- *                          already in, twice, and print how long each write took (the first move
- *                          into a v1 cgroup after a quiet spell waits for an RCU grace period) */
+/* The floors xmprun is measured against (bench/run.py), and the workers the benchmarks run:
+ *   baseline launch N            fork+exec N children running /bin/true, wait for all
+ *   baseline isolated N HIERS    the same-isolation floor: a job cgroup and one cgroup per worker
+ *                                in cgroup2 (clone3 CLONE_PIDFD|CLONE_INTO_CGROUP) and in each v1
+ *                                hierarchy of the comma-separated HIERS ("memory" gets a 1 GiB
+ *                                limit, "pids" 4096), joined by the child before exec; one poll()
+ *                                loop over the pidfds; rmdir of every directory at the end
+ *   baseline failfast N [HIERS]  N `baseline worker` children (plain, or isolated as above); at the
+ *                                first exit SIGTERM the rest, wait for them, exit with its code
+ *   baseline worker              RANK 0: sleep BENCH_FAIL_MS, write CLOCK_MONOTONIC ns to
+ *                                BENCH_STAMP, exit 1; other ranks: sleep 60 s
+ *   baseline lines MIB           write MIB MiB of 128-byte lines "RANK SEQ xxx...\n" to stdout
+ *   baseline tagger N MIB        the console floor: N `baseline lines MIB` children, their lines
+ *                                read through one poll() loop, prefixed "[rank] " and written to
+ *                                stdout from one buffer per destination
+ *   baseline verify N MIB        read stdin and check it is exactly the tagged lines of N workers:
+ *                                each line whole, none lost, duplicated, reordered or spliced
+ *   baseline idle N              supervise N children sleeping 3 s (the RSS floor)
+ *   baseline cgmove FILE         write our own pid to the cgroup.procs FILE of the cgroup we are
+ *                                already in, twice, and print how long each write took (the first
+ *                                move into a v1 cgroup after a quiet spell waits for an RCU grace
+ *                                period) */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+#define LINE_LEN 128
+#define MAX_HIER 8
+
 static pid_t
-spawn(char *const argv[], int rank)
+spawn(char *const argv[], int rank, int out_fd)
 {
     pid_t pid = fork();
     if (pid == 0) {
         char env[32];
         snprintf(env, sizeof(env), "%d", rank);
         setenv("RANK", env, 1);
+        if (out_fd >= 0)
+            dup2(out_fd, 1);
         execv(argv[0], argv);
         _exit(127);
     }
@@ -80,14 +116,405 @@ cgmove(const char *procs)
     return 0;
 }
 
+/* ---- the same-isolation floor ---- */
+
+struct hier {
+    char name[32];  /* "memory", or "" for cgroup2 */
+    char job[4096]; /* the job's directory */
+};
+
+struct floor {
+    struct hier h[MAX_HIER];
+    int n;
+    int n_workers;
+};
+
+/* Our own cgroup in the hierarchy of controller name ("" for cgroup2), from /proc/self/cgroup. */
+static int
+own_path(const char *name, char *out, size_t size)
+{
+    char line[4096];
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    int found = -1;
+
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        char *c1 = strchr(line, ':'), *c2 = c1 != NULL ? strchr(c1 + 1, ':') : NULL;
+        if (c2 == NULL)
+            continue;
+        *c2 = '\0';
+        c2[1 + strcspn(c2 + 1, "\n")] = '\0';
+        bool match = false;
+        if (name[0] == '\0')
+            match = c1[1] == '\0';
+        else
+            for (char *tok = strtok(c1 + 1, ","); tok != NULL; tok = strtok(NULL, ","))
+                match = match || strcmp(tok, name) == 0;
+        if (match) {
+            snprintf(out, size, "%s", strcmp(c2 + 1, "/") == 0 ? "" : c2 + 1);
+            found = 0;
+            break;
+        }
+    }
+    if (f != NULL)
+        fclose(f);
+    return found;
+}
+
+static int
+write_file(const char *dir, const char *file, const char *value)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = write(fd, value, strlen(value));
+    close(fd);
+    return n == (ssize_t)strlen(value) ? 0 : -1;
+}
+
+static int
+copy_file(const char *from, const char *to, const char *file)
+{
+    char path[4200], buf[4096];
+    snprintf(path, sizeof(path), "%s/%s", from, file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    return write_file(to, file, buf);
+}
+
+/* A v1 directory gets what it needs to be joinable (cpuset) and the limits xmprun sets. */
+static int
+setup_dir(const struct hier *h, const char *parent, const char *dir)
+{
+    if (mkdir(dir, 0755) < 0)
+        return -1;
+    if (strcmp(h->name, "cpuset") == 0 &&
+        (copy_file(parent, dir, "cpuset.cpus") < 0 || copy_file(parent, dir, "cpuset.mems") < 0))
+        return -1;
+    if (strcmp(h->name, "memory") == 0 && write_file(dir, "memory.limit_in_bytes", "1073741824"))
+        return -1;
+    if (strcmp(h->name, "pids") == 0 && write_file(dir, "pids.max", "4096") < 0)
+        return -1;
+    return 0;
+}
+
+static int
+floor_init(struct floor *fl, const char *hiers, int n_workers)
+{
+    char list[256], own[2048], base[3072];
+    const char *names[MAX_HIER] = {""}; /* cgroup2 first, then the v1 hierarchies */
+    int n_names = 1;
+    bool unified_mnt = access("/sys/fs/cgroup/unified", F_OK) == 0;
+
+    fl->n = 0;
+    fl->n_workers = n_workers;
+    snprintf(list, sizeof(list), "%s", hiers);
+    for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok != NULL && n_names < MAX_HIER;
+         tok = strtok_r(NULL, ",", &save))
+        names[n_names++] = tok;
+    for (int i = 0; i < n_names; i++) {
+        struct hier *h = &fl->h[fl->n];
+        const char *mnt = names[i][0] != '\0' ? names[i] : unified_mnt ? "unified" : "";
+        snprintf(h->name, sizeof(h->name), "%s", names[i]);
+        if (own_path(names[i], own, sizeof(own)) < 0) {
+            fprintf(stderr, "baseline: no %s hierarchy\n", i > 0 ? names[i] : "cgroup2");
+            return -1;
+        }
+        snprintf(base, sizeof(base), "/sys/fs/cgroup%s%s%s", mnt[0] ? "/" : "", mnt, own);
+        snprintf(h->job, sizeof(h->job), "%s/bench-floor-%d", base, (int)getpid());
+        if (setup_dir(h, base, h->job) < 0) {
+            fprintf(stderr, "baseline: %s: %s\n", h->job, strerror(errno));
+            return -1;
+        }
+        fl->n++;
+    }
+    for (int w = 0; w < n_workers; w++)
+        for (int i = 0; i < fl->n; i++) {
+            char dir[4200];
+            snprintf(dir, sizeof(dir), "%s/worker-%d", fl->h[i].job, w);
+            if (setup_dir(&fl->h[i], fl->h[i].job, dir) < 0) {
+                fprintf(stderr, "baseline: %s: %s\n", dir, strerror(errno));
+                return -1;
+            }
+        }
+    return 0;
+}
+
+static void
+floor_remove(struct floor *fl)
+{
+    for (int i = 0; i < fl->n; i++) {
+        for (int w = 0; w < fl->n_workers; w++) {
+            char dir[4200];
+            snprintf(dir, sizeof(dir), "%s/worker-%d", fl->h[i].job, w);
+            rmdir(dir);
+        }
+        rmdir(fl->h[i].job);
+    }
+}
+
+/* clone3 into the worker's cgroup2 directory; the child joins the v1 hierarchies, then execs. */
+static pid_t
+floor_spawn(struct floor *fl, int rank, char *const argv[], int *pidfd)
+{
+    char dir[4200];
+    int procs[MAX_HIER], n = 0;
+
+    snprintf(dir, sizeof(dir), "%s/worker-%d", fl->h[0].job, rank);
+    int cgfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (int i = 1; i < fl->n; i++) {
+        snprintf(dir, sizeof(dir), "%s/worker-%d/cgroup.procs", fl->h[i].job, rank);
+        procs[n++] = open(dir, O_WRONLY | O_CLOEXEC);
+    }
+    struct clone_args ca = {
+        .flags = CLONE_PIDFD | CLONE_INTO_CGROUP,
+        .pidfd = (uint64_t)(uintptr_t)pidfd,
+        .exit_signal = SIGCHLD,
+        .cgroup = (uint64_t)cgfd,
+    };
+    pid_t pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+    if (pid == 0) {
+        char env[32];
+        snprintf(env, sizeof(env), "%d", rank);
+        setenv("RANK", env, 1);
+        for (int i = 0; i < n; i++)
+            if (write(procs[i], "0", 1) != 1)
+                _exit(125);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(cgfd);
+    for (int i = 0; i < n; i++)
+        close(procs[i]);
+    return pid;
+}
+
+/* Spawns n workers in the floor's cgroups and waits for all; with failfast, the first exit
+ * SIGTERMs the rest. Returns the first exit's status. */
+static int
+floor_run(const char *hiers, int n, char *const argv[], bool failfast)
+{
+    struct floor fl;
+    struct pollfd *pfd = calloc((size_t)n, sizeof(*pfd));
+    int first = -1, left = n;
+
+    if (pfd == NULL || floor_init(&fl, hiers, n) < 0) {
+        floor_remove(&fl);
+        return 2;
+    }
+    for (int i = 0; i < n; i++) {
+        pfd[i].fd = -1;
+        pfd[i].events = POLLIN;
+        if (floor_spawn(&fl, i, argv, &pfd[i].fd) < 0) {
+            perror("clone3");
+            left--;
+        }
+    }
+    while (left > 0) {
+        if (poll(pfd, (nfds_t)n, -1) < 0 && errno != EINTR)
+            break;
+        for (int i = 0; i < n; i++) {
+            siginfo_t si = {0};
+            if (pfd[i].fd < 0 || !(pfd[i].revents & POLLIN))
+                continue;
+            waitid((idtype_t)P_PIDFD, (id_t)pfd[i].fd, &si, WEXITED);
+            close(pfd[i].fd);
+            pfd[i].fd = -1;
+            left--;
+            if (first < 0) {
+                first = si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;
+                for (int k = 0; failfast && k < n; k++)
+                    if (pfd[k].fd >= 0)
+                        syscall(SYS_pidfd_send_signal, pfd[k].fd, SIGTERM, NULL, 0);
+            }
+        }
+    }
+    floor_remove(&fl);
+    free(pfd);
+    return first < 0 ? 0 : first;
+}
+
+/* ---- the console floor ---- */
+
+static void
+make_line(char *buf, int rank, long seq)
+{
+    int n = snprintf(buf, LINE_LEN, "%d %ld ", rank, seq);
+    memset(buf + n, 'x', LINE_LEN - 1 - (size_t)n);
+    buf[LINE_LEN - 1] = '\n';
+}
+
+static int
+lines(long mib)
+{
+    const char *r = getenv("RANK");
+    int rank = r != NULL ? atoi(r) : 0;
+    long total = mib * 1024 * 1024 / LINE_LEN, seq = 0;
+    static char buf[512 * LINE_LEN];
+
+    while (seq < total) {
+        size_t len = 0;
+        for (; len < sizeof(buf) && seq < total; len += LINE_LEN)
+            make_line(buf + len, rank, seq++);
+        for (size_t off = 0; off < len;) {
+            ssize_t n = write(1, buf + off, len - off);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                return 1;
+            off += (size_t)n;
+        }
+    }
+    return 0;
+}
+
+static int
+write_all(int fd, const char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int
+tagger(int n, const char *mib)
+{
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    struct pollfd *pfd = calloc((size_t)n, sizeof(*pfd));
+    char **part = calloc((size_t)n, sizeof(char *));
+    size_t *plen = calloc((size_t)n, sizeof(size_t)), olen = 0, ocap = 64 * 1024; /* as xmprun */
+    char *out = malloc(ocap + 70000), rbuf[65536];
+    int open_n = n;
+
+    if (sl < 0 || pfd == NULL || part == NULL || plen == NULL || out == NULL)
+        return 2;
+    self[sl] = '\0';
+    char *const cmd[] = {self, "lines", (char *)mib, NULL};
+    for (int i = 0; i < n; i++) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+            return 2;
+        spawn(cmd, i, p[1]);
+        close(p[1]);
+        pfd[i] = (struct pollfd){p[0], POLLIN, 0};
+        part[i] = malloc(65536);
+    }
+    while (open_n > 0) {
+        /* Write what is gathered when nothing is ready: the same batching as xmprun. */
+        int ready = poll(pfd, (nfds_t)n, olen > 0 ? 0 : -1);
+        if (ready == 0) {
+            write_all(1, out, olen);
+            olen = 0;
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            if (pfd[i].fd < 0 || !(pfd[i].revents & (POLLIN | POLLHUP)))
+                continue;
+            ssize_t got = read(pfd[i].fd, rbuf, sizeof(rbuf));
+            if (got <= 0) {
+                close(pfd[i].fd);
+                pfd[i].fd = -1;
+                open_n--;
+                continue;
+            }
+            char prefix[16];
+            size_t pl = (size_t)snprintf(prefix, sizeof(prefix), "[%d] ", i);
+            char *p = rbuf, *end = rbuf + got, *nl;
+            while ((nl = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+                memcpy(out + olen, prefix, pl);
+                olen += pl;
+                if (plen[i] > 0) {
+                    memcpy(out + olen, part[i], plen[i]);
+                    olen += plen[i];
+                    plen[i] = 0;
+                }
+                memcpy(out + olen, p, (size_t)(nl - p + 1));
+                olen += (size_t)(nl - p + 1);
+                p = nl + 1;
+                if (olen >= ocap) {
+                    write_all(1, out, olen);
+                    olen = 0;
+                }
+            }
+            memcpy(part[i] + plen[i], p, (size_t)(end - p));
+            plen[i] += (size_t)(end - p);
+        }
+    }
+    write_all(1, out, olen);
+    while (wait(NULL) > 0)
+        ;
+    return 0;
+}
+
+static int
+verify(int n, long mib)
+{
+    long total = mib * 1024 * 1024 / LINE_LEN, *next = calloc((size_t)n, sizeof(long));
+    char want[LINE_LEN], *line = NULL;
+    size_t cap = 0, count = 0;
+    ssize_t len;
+    FILE *in = stdin;
+
+    while ((len = getline(&line, &cap, in)) > 0) {
+        int rank = -1, used = 0;
+        if (sscanf(line, "[%d] %n", &rank, &used) != 1 || rank < 0 || rank >= n) {
+            fprintf(stderr, "verify: line %zu: not a tagged line: %.80s\n", count, line);
+            return 1;
+        }
+        make_line(want, rank, next[rank]);
+        if (next[rank] >= total || (size_t)len != (size_t)used + LINE_LEN ||
+            memcmp(line + used, want, LINE_LEN) != 0) {
+            fprintf(stderr, "verify: line %zu: got \"%.*s\", expected \"[%d] %.*s\"\n", count,
+                    (int)len - 1, line, rank, LINE_LEN - 1, want);
+            return 1;
+        }
+        next[rank]++;
+        count++;
+    }
+    for (int r = 0; r < n; r++)
+        if (next[r] != total) {
+            fprintf(stderr, "verify: rank %d: %ld of %ld lines\n", r, next[r], total);
+            return 1;
+        }
+    printf("%zu lines ok\n", count);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (sl < 0)
+        return 2;
+    self[sl] = '\0';
+
     if (argc == 2 && strcmp(argv[1], "worker") == 0)
         return worker();
     if (argc == 3 && strcmp(argv[1], "cgmove") == 0)
         return cgmove(argv[2]);
-    if (argc != 3)
+    if (argc == 3 && strcmp(argv[1], "lines") == 0)
+        return lines(atol(argv[2]));
+    if (argc == 4 && strcmp(argv[1], "tagger") == 0)
+        return tagger(atoi(argv[2]), argv[3]);
+    if (argc == 4 && strcmp(argv[1], "verify") == 0)
+        return verify(atoi(argv[2]), atol(argv[3]));
+    if (argc < 3)
         return 2;
     int n = atoi(argv[2]);
     pid_t *pids = calloc((size_t)n, sizeof(pid_t));
@@ -96,21 +523,30 @@ main(int argc, char **argv)
     if (strcmp(argv[1], "launch") == 0) {
         char *const cmd[] = {"/bin/true", NULL};
         for (int i = 0; i < n; i++)
-            pids[i] = spawn(cmd, i);
+            pids[i] = spawn(cmd, i, -1);
         for (int i = 0; i < n; i++)
             waitpid(pids[i], NULL, 0);
         return 0;
     }
+    if (strcmp(argv[1], "isolated") == 0 && argc == 4) {
+        char *const cmd[] = {"/bin/true", NULL};
+        return floor_run(argv[3], n, cmd, false);
+    }
+    if (strcmp(argv[1], "idle") == 0) {
+        char *const cmd[] = {"/bin/sleep", "3", NULL};
+        for (int i = 0; i < n; i++)
+            pids[i] = spawn(cmd, i, -1);
+        while (wait(NULL) > 0)
+            ;
+        return 0;
+    }
     if (strcmp(argv[1], "failfast") == 0) {
-        char self[4096];
-        ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (len < 0)
-            return 2;
-        self[len] = '\0';
         char *const cmd[] = {self, "worker", NULL};
         int status = 0;
+        if (argc == 4)
+            return floor_run(argv[3], n, cmd, true);
         for (int i = 0; i < n; i++)
-            pids[i] = spawn(cmd, i);
+            pids[i] = spawn(cmd, i, -1);
         pid_t first = wait(&status);
         for (int i = 0; i < n; i++)
             if (pids[i] != first)

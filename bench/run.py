@@ -1,8 +1,20 @@
 #!/usr/bin/python3
-"""Launch overhead and failure-to-exit latency of xmprun, side by side with a plain C fork+exec
-baseline (bench/baseline.c), in one run. Prints medians and ratios.
+"""xmprun against floors doing the same work, in one interleaved run (medians, ratios):
 
-usage: bench/run.py [BUILD_DIR] [--reps R] [--sizes 8,32,128]
+  launch     N workers of /bin/true, each in its own cgroup, against bench/baseline.c doing the same
+             isolation (clone3 CLONE_PIDFD|CLONE_INTO_CGROUP into a cgroup2 directory per worker, a
+             v1 memory cgroup per worker with a 1 GiB limit joined before exec, one poll() loop over
+             the pidfds, rmdir at the end); also against that floor in every v1 hierarchy xmprun
+             uses, and xmprun with cgroups off against plain fork+exec
+  failure    rank 0 fails after 300 ms, N-1 others sleep: from its last instruction to the
+             launcher's exit (SIGTERM to the rest, reap, cgroups removed, report written)
+  console    8 workers x MIB of 128-byte lines, "[rank] " prefix, to /dev/null, a pipe and a
+             regular file, against the C tagger; the pipe's reader and the file are checked line
+             by line (none lost, cut, duplicated or spliced)
+  rss        the launcher's RSS with 8 idle workers and its wakeups per second
+  peers      torchrun and torch.multiprocessing.spawn (Debian's python3-torch), when installed
+
+usage: bench/run.py [BUILD_DIR] [--reps R] [--sizes 8,32,128] [--console-mib M] [--no-peers]
 """
 import argparse, os, statistics, subprocess, sys, tempfile, time
 
@@ -11,79 +23,277 @@ ap.add_argument("build", nargs="?", default="build")
 ap.add_argument("--reps", type=int, default=15)
 ap.add_argument("--sizes", default="8,32,128")
 ap.add_argument("--fail-size", type=int, default=32)
+ap.add_argument("--console-mib", type=int, default=100, help="MiB each of the 8 workers prints")
+ap.add_argument("--console-reps", type=int, default=5)
+ap.add_argument("--peer-reps", type=int, default=3)
+ap.add_argument("--no-peers", action="store_true")
+ap.add_argument("--only", default="launch,failure,console,rss,peers")
 args = ap.parse_args()
+only = set(args.only.split(","))
 xmprun = os.path.abspath(os.path.join(args.build, "xmprun"))
 baseline = os.path.abspath(os.path.join(args.build, "bench", "bench_baseline"))
 tmp = tempfile.mkdtemp(prefix="xmprun-bench-")
 report = os.path.join(tmp, "report.json")
+py = "/usr/bin/python3"
+
+# The v1 hierarchies xmprun makes a directory in for these specs (hybrid host: memory for the
+# limit, cpuset for the worker's CPUs), for the second floor.
+own = {l.split(":")[1]: l.split(":", 2)[2].strip() for l in open("/proc/self/cgroup")}
+v1 = [c for c in ("memory", "cpuset") if any(c in k.split(",") for k in own)]
+floor_min = "memory" if "memory" in v1 else ""
+floor_all = ",".join(v1)
 
 
-def timed(cmd, env=None):
+def run(cmd, env=None, stdout=subprocess.DEVNULL):
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    r = subprocess.run(cmd, env=env, stdout=stdout, stderr=subprocess.PIPE)
     return time.perf_counter() - t0, r
 
 
-def median_ms(samples):
+def ms(samples):
     return statistics.median(samples) * 1000.0
 
 
-def spec(name, n, command, extra=""):
+shm = tempfile.mkdtemp(prefix="xmprun-bench-", dir="/dev/shm") if os.path.isdir("/dev/shm") else tmp
+
+
+def spec(name, n, command, extra="", report=report):
     path = os.path.join(tmp, name + ".yaml")
     with open(path, "w") as f:
         f.write(f"version: 1\nname: {name}\nworkers: {n}\ndevices: {{kind: cpu}}\n"
                 f"command: {command}\nlogs: {{console: none}}\nreport: {report}\n"
-                f"resources: {{worker: {{pids: 64}}}}\n{extra}")
+                f"resources: {{worker: {{memory: 1Gi}}}}\n{extra}")
     return path
 
 
-print(f"# xmprun bench: {os.uname().nodename}, {os.cpu_count()} CPUs, {args.reps} reps, median of each")
-print("\n## launch: N workers running /bin/true (one cgroup each) vs plain fork+exec of N")
-print("## (the last two columns: the same xmprun with isolation.cgroups: off, for what cgroups cost)")
-print(f"{'N':>5} {'fork+exec ms':>13} {'xmprun ms':>10} {'ratio':>6} {'no-cgroup ms':>13} {'ratio':>6}")
-for n in [int(s) for s in args.sizes.split(",")]:
-    path = spec(f"bench-true-{n}", n, "[/bin/true]")
-    off = spec(f"bench-true-off-{n}", n, "[/bin/true]", "isolation: {cgroups: off}\n")
-    base, xmp, xoff = [], [], []
-    for _ in range(args.reps):  # interleaved, so drift affects all alike
-        t, r = timed([baseline, "launch", str(n)])
-        base.append(t)
-        for samples, p in ((xmp, path), (xoff, off)):
-            t, r = timed([xmprun, "-q", p])
-            if r.returncode != 0:
-                sys.exit(f"xmprun failed ({r.returncode}): {r.stderr.decode()}")
-            samples.append(t)
-    b, x, o = median_ms(base), median_ms(xmp), median_ms(xoff)
-    print(f"{n:>5} {b:>13.2f} {x:>10.2f} {x / b:>6.2f} {o:>13.2f} {o / b:>6.2f}")
+def check(name, r, want=0):
+    if r.returncode != want:
+        sys.exit(f"{name} exited {r.returncode}, expected {want}: {r.stderr.decode()[-2000:]}")
 
-pids = [l.split(":", 2)[2].strip() for l in open("/proc/self/cgroup") if l.split(":")[1] == "pids"]
-procs = f"/sys/fs/cgroup/pids{pids[0].rstrip('/')}/cgroup.procs" if pids else None
-if procs and os.path.exists(procs):
-    time.sleep(1)  # a quiet spell, as before a job starts
-    r = subprocess.run([baseline, "cgmove", procs], capture_output=True, text=True)
-    if r.returncode == 0:
-        first, second = r.stdout.split()
-        print(f"\n## v1 cgroup move (a write to {procs} of a process already in that cgroup):")
-        print(f"## first after a quiet second {float(first):.3f} ms, next {float(second):.3f} ms")
 
-n = args.fail_size
-print(f"\n## failure to exit: rank 0 fails after 300 ms, {n - 1} others sleep; time from the failing")
-print("## worker's last instruction to the launcher's exit (kill-all, SIGTERM to the rest)")
+def torch_ok():
+    if args.no_peers or "peers" not in only:
+        return False
+    return subprocess.run([py, "-c", "import torch.distributed.run"], capture_output=True).returncode == 0
+
+
+def load():
+    return open("/proc/loadavg").read().split()[0]
+
+
+peers = torch_ok()
+print(f"# xmprun bench: {os.uname().nodename}, {os.cpu_count()} CPUs, load {load()} at start, "
+      f"{args.reps} reps interleaved, medians")
+print("# tmpfs = xmprun with its report on /dev/shm: what the report's two fsyncs (file and directory)\n"
+      "# cost on this disk; every other xmprun column writes it to a disk directory, durably")
+print(f"# floor = same isolation as xmprun (cgroup2 + v1 {floor_min or 'none'}); "
+      f"floor-all = cgroup2 + v1 {floor_all or 'none'} (every hierarchy xmprun uses)")
+
+if "launch" in only:
+    print("\n## launch -> exit, N workers of /bin/true")
+    print(f"{'N':>4} {'fork+exec':>9} {'floor':>7} {'floor-all':>9} {'xmprun':>7} {'/floor':>6} "
+          f"{'/all':>5} {'tmpfs':>7} {'/floor':>6} {'no-cg':>7} {'/fork':>6} {'no-cg,tmpfs':>11} "
+          f"{'/fork':>6}   (ms)")
+    for n in [int(s) for s in args.sizes.split(",")]:
+        path = spec(f"bench-true-{n}", n, "[/bin/true]")
+        shm_path = spec(f"bench-true-shm-{n}", n, "[/bin/true]", report=os.path.join(shm, "r.json"))
+        off_shm = spec(f"bench-true-off-shm-{n}", n, "[/bin/true]", "isolation: {cgroups: off}\n",
+                       report=os.path.join(shm, "r.json"))
+        off = spec(f"bench-true-off-{n}", n, "[/bin/true]", "isolation: {cgroups: off}\n")
+        cases = {
+            "fork": [baseline, "launch", str(n)],
+            "floor": [baseline, "isolated", str(n), floor_min],
+            "all": [baseline, "isolated", str(n), floor_all],
+            "xmprun": [xmprun, "-q", path],
+            "shm": [xmprun, "-q", shm_path],
+            "off": [xmprun, "-q", off],
+            "offshm": [xmprun, "-q", off_shm],
+        }
+        res = {k: [] for k in cases}
+        for _ in range(args.reps):  # interleaved, so drift affects all alike
+            for k, cmd in cases.items():
+                t, r = run(cmd)
+                check(k, r)
+                res[k].append(t)
+        m = {k: ms(v) for k, v in res.items()}
+        print(f"{n:>4} {m['fork']:>9.2f} {m['floor']:>7.2f} {m['all']:>9.2f} {m['xmprun']:>7.2f} "
+              f"{m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} {m['shm']:>7.2f} "
+              f"{m['shm'] / m['floor']:>6.2f} {m['off']:>7.2f} {m['off'] / m['fork']:>6.2f} "
+              f"{m['offshm']:>11.2f} {m['offshm'] / m['fork']:>6.2f}")
+
 stamp = os.path.join(tmp, "stamp")
-env = dict(os.environ, BENCH_STAMP=stamp, BENCH_FAIL_MS="300")
-path = spec(f"bench-fail-{n}", n, f"[{baseline}, worker]", "on_failure: {grace: 5s}\n")
-res = {"fork+exec": [], "xmprun": []}
-for _ in range(args.reps):
-    for name, cmd in (("fork+exec", [baseline, "failfast", str(n)]), ("xmprun", [xmprun, "-q", path])):
-        if os.path.exists(stamp):
-            os.unlink(stamp)
-        r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        end = time.monotonic_ns()
-        if r.returncode != 1:
-            sys.exit(f"{name} exited {r.returncode}, expected 1: {r.stderr.decode()[-2000:]}")
-        with open(stamp) as f:
-            res[name].append((end - int(f.read())) / 1e9)
-b, x = median_ms(res["fork+exec"]), median_ms(res["xmprun"])
-print(f"{'N':>5} {'fork+exec ms':>13} {'xmprun ms':>10} {'ratio':>6}")
-print(f"{n:>5} {b:>13.2f} {x:>10.2f} {x / b:>6.2f}")
-subprocess.run(["rm", "-rf", tmp])
+fenv = dict(os.environ, BENCH_STAMP=stamp, BENCH_FAIL_MS="300")
+
+
+def fail_latency(cmd, want=1, env=fenv):
+    if os.path.exists(stamp):
+        os.unlink(stamp)
+    r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    end = time.monotonic_ns()
+    if r.returncode not in (want if isinstance(want, tuple) else (want,)):
+        sys.exit(f"{cmd[0]} exited {r.returncode}, expected {want}: {r.stderr.decode()[-2000:]}")
+    with open(stamp) as f:
+        return (end - int(f.read())) / 1e9
+
+
+if "failure" in only:
+    n = args.fail_size
+    print(f"\n## failure -> exit, N={n}: rank 0 exits 1 after 300 ms, {n - 1} sleepers get SIGTERM")
+    path = spec(f"bench-fail-{n}", n, f"[{baseline}, worker]", "on_failure: {grace: 5s}\n")
+    off = spec(f"bench-fail-off-{n}", n, f"[{baseline}, worker]",
+               "on_failure: {grace: 5s}\nisolation: {cgroups: off}\n")
+    shm_path = spec(f"bench-fail-shm-{n}", n, f"[{baseline}, worker]", "on_failure: {grace: 5s}\n",
+                    report=os.path.join(shm, "r.json"))
+    cases = {
+        "fork": [baseline, "failfast", str(n)],
+        "floor": [baseline, "failfast", str(n), floor_min],
+        "all": [baseline, "failfast", str(n), floor_all],
+        "xmprun": [xmprun, "-q", path],
+        "shm": [xmprun, "-q", shm_path],
+        "off": [xmprun, "-q", off],
+    }
+    res = {k: [] for k in cases}
+    for _ in range(args.reps):
+        for k, cmd in cases.items():
+            res[k].append(fail_latency(cmd))
+    m = {k: ms(v) for k, v in res.items()}
+    print(f"{'N':>4} {'fork+exec':>9} {'floor':>7} {'floor-all':>9} {'xmprun':>7} {'/floor':>6} "
+          f"{'/all':>5} {'tmpfs':>7} {'/floor':>6} {'no-cg':>7} {'/fork':>6}   (ms)")
+    print(f"{n:>4} {m['fork']:>9.2f} {m['floor']:>7.2f} {m['all']:>9.2f} {m['xmprun']:>7.2f} "
+          f"{m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} {m['shm']:>7.2f} "
+          f"{m['shm'] / m['floor']:>6.2f} {m['off']:>7.2f} {m['off'] / m['fork']:>6.2f}")
+
+if "console" in only:
+    mib = args.console_mib
+    total = 8 * mib
+    print(f"\n## console: 8 workers x {mib} MiB of 128-byte lines, '[rank] ' prefix (MiB/s of input)")
+    path = spec("bench-console", 8, f"[{baseline}, lines, '{mib}']", "isolation: {cgroups: off}\n")
+    with open(path) as f:
+        text = f.read().replace("logs: {console: none}", "logs: {console: prefix}")
+    with open(path, "w") as f:
+        f.write(text)
+    out_file = os.path.join(tmp, "console.out")
+    verify = [baseline, "verify", "8", str(mib)]
+    launchers = {"tagger": [baseline, "tagger", "8", str(mib)], "xmprun": [xmprun, "-q", path]}
+
+    def to_null(cmd):
+        with open("/dev/null", "w") as null:
+            t, r = run(cmd, stdout=null)
+        check(cmd[0], r)
+        return t
+
+    def to_pipe(cmd):
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        v = subprocess.run(verify, stdin=p.stdout, capture_output=True)
+        p.stdout.close()
+        rc = p.wait()
+        t = time.perf_counter() - t0
+        if rc != 0 or v.returncode != 0:
+            sys.exit(f"{cmd[0]} to a pipe: exit {rc}, verify: {v.stderr.decode()}")
+        return t
+
+    def to_file(cmd):
+        with open(out_file, "w") as f:
+            t, r = run(cmd, stdout=f)
+        check(cmd[0], r)
+        with open(out_file) as f:
+            v = subprocess.run(verify, stdin=f, capture_output=True)
+        if v.returncode != 0:
+            sys.exit(f"{cmd[0]} to a file: verify: {v.stderr.decode()}")
+        return t
+
+    print(f"{'to':>10} {'tagger':>8} {'xmprun':>8} {'ratio':>6}   (every line checked: pipe, file)")
+    for dest, fn in (("/dev/null", to_null), ("pipe", to_pipe), ("file", to_file)):
+        res = {k: [] for k in launchers}
+        for _ in range(args.console_reps):
+            for k, cmd in launchers.items():
+                res[k].append(fn(cmd))
+        rate = {k: total / statistics.median(v) for k, v in res.items()}
+        print(f"{dest:>10} {rate['tagger']:>8.0f} {rate['xmprun']:>8.0f} "
+              f"{rate['xmprun'] / rate['tagger']:>6.2f}")
+    os.unlink(out_file)
+
+
+def rss_and_wakeups(cmd):
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+
+    def status():
+        d = {}
+        for l in open(f"/proc/{p.pid}/status"):
+            k, _, v = l.partition(":")
+            d[k] = (v.split() or [""])[0]
+        return d
+    a = status()
+    time.sleep(1.0)
+    b = status()
+    p.wait()
+    wake = sum(int(b[k]) - int(a[k]) for k in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"))
+    return int(b["VmRSS"]) / 1024.0, wake
+
+
+if "rss" in only:
+    print("\n## launcher RSS with 8 idle workers (sleep 3), and its context switches in 1 s of idleness")
+    path = spec("bench-idle", 8, "[/bin/sleep, '3']")
+    rows = {"floor (baseline idle 8)": [baseline, "idle", "8"], "xmprun": [xmprun, "-q", path]}
+    for name, cmd in rows.items():
+        samples = [rss_and_wakeups(cmd) for _ in range(3)]
+        rss = statistics.median(s[0] for s in samples)
+        wake = max(s[1] for s in samples)
+        print(f"{name:>24}: {rss:.2f} MiB, {wake} wakeups/s")
+
+if peers:
+    n = 8
+    print(f"\n## peers (Debian python3-torch), N={n}, {args.peer_reps} reps")
+    mp = os.path.join(tmp, "mp_spawn.py")
+    with open(mp, "w") as f:
+        f.write(f"""import os, sys, time, torch.multiprocessing as mp
+def fn(rank, fail):
+    if not fail:
+        return
+    if rank != 0:
+        time.sleep(60)
+        return
+    time.sleep(0.3)
+    with open({stamp!r}, "w") as f:
+        f.write(str(time.monotonic_ns()))
+    sys.exit(1)
+if __name__ == "__main__":
+    try:
+        mp.spawn(fn, args=(sys.argv[1] == "fail",), nprocs={n})
+    except mp.ProcessExitedException:
+        sys.exit(1)
+""")
+    # --redirects/--tee 1 (stdout): Debian's torch 1.13 on Python 3.11 cannot parse the default "0"
+    # (Python 3.11 iterates no zero or multi-bit Std flag), so stdout also goes to log files.
+    # The monitor interval is torchrun's default (5 s in 1.13): what users get.
+    torchrun = [py, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+                "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(tmp, "torchrun"),
+                "--no_python"]
+    launch = {
+        "xmprun": [xmprun, "-q", spec(f"bench-true-{n}", n, "[/bin/true]")],
+        "torchrun": torchrun + ["/bin/true"],
+        "mp.spawn": [py, mp, "ok"],
+    }
+    fail = {
+        "xmprun": ([xmprun, "-q", spec(f"bench-fail-{n}", n, f"[{baseline}, worker]",
+                                       "on_failure: {grace: 5s}\n")], 1),
+        "torchrun": (torchrun + [baseline, "worker"], 1),
+        "mp.spawn": ([py, mp, "fail"], 1),
+    }
+    lt = {k: [] for k in launch}
+    ft = {k: [] for k in fail}
+    for _ in range(args.peer_reps):
+        for k, cmd in launch.items():
+            t, r = run(cmd)
+            check(k, r)
+            lt[k].append(t)
+        for k, (cmd, want) in fail.items():
+            ft[k].append(fail_latency(cmd, want))
+    print(f"{'':>10} {'launch ms':>10} {'failure ms':>11}")
+    for k in launch:
+        print(f"{k:>10} {ms(lt[k]):>10.1f} {ms(ft[k]):>11.1f}")
+
+print(f"\n# load {load()} at the end")
+subprocess.run(["rm", "-rf", tmp, shm])

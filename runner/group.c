@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,15 +53,36 @@ ep_add(struct xmp_supervisor *sv, int fd, enum xmp_ev_kind kind, size_t index)
     return ep_ctl(sv, EPOLL_CTL_ADD, fd, events, kind, index);
 }
 
+/* Whether two fds are the same file (2>&1, or both the same terminal). */
+static bool
+same_file(int a, int b)
+{
+    struct stat sa, sb;
+    return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 void
 xmp_group_setup_consoles(struct xmp_supervisor *sv)
 {
     for (int i = 0; i < 2; i++) {
         int fd = i == 0 ? STDOUT_FILENO : STDERR_FILENO;
-        /* epoll refuses regular files (EPERM): those never block, and are written directly. */
-        bool pollable = ep_ctl(sv, EPOLL_CTL_ADD, fd, 0, XMP_EV_CONSOLE, (size_t)i) == 0;
+        bool pollable;
+
+        sv->console_watched[i] = -1;
+        /* One console for both when they are the same file: two queues writing to one pipe
+         * would splice each other's lines at their write boundaries. */
+        if (i == 1 && same_file(STDOUT_FILENO, STDERR_FILENO)) {
+            sv->consoles_shared = true;
+            xmp_console_init(&sv->consoles[1], -1, true);
+            break;
+        }
+        /* epoll refuses regular files and /dev/null (EPERM): those never block, and are written
+         * directly. A console is in the epoll set only while it waits to accept more. */
+        pollable = ep_ctl(sv, EPOLL_CTL_ADD, fd, 0, XMP_EV_CONSOLE, (size_t)i) == 0;
+        if (pollable)
+            epoll_ctl(sv->epfd, EPOLL_CTL_DEL, fd, NULL);
         xmp_console_init(&sv->consoles[i], fd, !pollable);
-        sv->console_watched[i] = false;
     }
     sv->reading_paused = false;
     xmp_status_init(&sv->status, !xmp_quiet(sv));
@@ -69,9 +91,15 @@ xmp_group_setup_consoles(struct xmp_supervisor *sv)
         xmp_status_free(&sv->status);
 }
 
-/* After each batch of events: write what the consoles accept, wake up when they accept more,
- * and stop reading the workers' pipes while a console is backed up (the workers then block on
- * their own writes, xmprun does not). */
+struct xmp_console *
+xmp_group_console(struct xmp_supervisor *sv, int i)
+{
+    return &sv->consoles[i == 1 && sv->consoles_shared ? 0 : i];
+}
+
+/* Writes what the consoles accept, watches for when they accept more, and stops reading the
+ * workers' pipes while a console is backed up (the workers then block on their own writes,
+ * xmprun does not). Called when the loop goes idle and when a console becomes writable. */
 static void
 service_consoles(struct xmp_supervisor *sv)
 {
@@ -81,15 +109,18 @@ service_consoles(struct xmp_supervisor *sv)
     for (int i = 0; i < 2; i++)
         if (sv->status.covers[i] && sv->consoles[i].len > 0)
             xmp_status_erase(&sv->status);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < (sv->consoles_shared ? 1 : 2); i++) {
         struct xmp_console *c = &sv->consoles[i];
-        size_t left;
+        size_t left = xmp_console_flush(c);
         if (c->direct)
             continue;
-        left = xmp_console_flush(c);
-        if ((left > 0) != sv->console_watched[i] && c->fd >= 0) {
-            ep_ctl(sv, EPOLL_CTL_MOD, c->fd, left > 0 ? EPOLLOUT : 0, XMP_EV_CONSOLE, (size_t)i);
-            sv->console_watched[i] = left > 0;
+        if (left > 0 && c->fd >= 0 && sv->console_watched[i] < 0) {
+            if (ep_ctl(sv, EPOLL_CTL_ADD, c->fd, EPOLLOUT, XMP_EV_CONSOLE, (size_t)i) == 0)
+                sv->console_watched[i] = c->fd;
+        } else if ((left == 0 || c->fd < 0) && sv->console_watched[i] >= 0) {
+            /* The fd stays open until the end (c->own_fd), so it can still be removed. */
+            epoll_ctl(sv->epfd, EPOLL_CTL_DEL, sv->console_watched[i], NULL);
+            sv->console_watched[i] = -1;
         }
         high = high || left > XMP_CONSOLE_HIGH;
         low = low && left < XMP_CONSOLE_LOW;
@@ -104,6 +135,30 @@ service_consoles(struct xmp_supervisor *sv)
                 ep_ctl(sv, EPOLL_CTL_MOD, streams[k]->fd, high ? 0 : EPOLLIN,
                        k == 0 ? XMP_EV_STDOUT : XMP_EV_STDERR, i);
     }
+}
+
+/* True when a console holds a full batch: written even while events keep coming, so that the
+ * queue (and the backpressure on the workers) does not wait for the loop to go idle. */
+static bool
+consoles_full(const struct xmp_supervisor *sv)
+{
+    for (int i = 0; i < (sv->consoles_shared ? 1 : 2); i++)
+        if (sv->consoles[i].fd >= 0 && sv->consoles[i].len >= XMP_CONSOLE_FLUSH)
+            return true;
+    return false;
+}
+
+/* True when a console holds lines it has not tried to write yet: the loop writes them before
+ * it sleeps. One that waits for its reader (in the epoll set) is not. */
+static bool
+consoles_pending(const struct xmp_supervisor *sv)
+{
+    for (int i = 0; i < (sv->consoles_shared ? 1 : 2); i++) {
+        const struct xmp_console *c = &sv->consoles[i];
+        if (c->fd >= 0 && c->len > 0 && sv->console_watched[i] < 0)
+            return true;
+    }
+    return false;
 }
 
 /* Draws the status line when a tick made it due and the terminal has no output queued (that
@@ -257,9 +312,18 @@ close_stream(struct xmp_supervisor *sv, struct xmp_stream *s)
 static void
 read_exec_status(struct xmp_supervisor *sv, struct xmp_worker *w, bool block)
 {
-    (void)sv; /* closing the status fd has taken it out of the epoll set */
-    if (w->spawned.status_fd < 0 || xmp_spawn_read_status(&w->spawned, block) != 0)
+    int fd = w->spawned.status_fd;
+
+    if (fd < 0)
         return;
+    /* Out of the epoll set before the read can close it: closing does not remove it while a
+     * worker forked later still holds a copy (until its exec), and its EOF would then wake the
+     * loop again and again, spinning on a core those workers need to start. */
+    ep_del(sv, fd);
+    if (xmp_spawn_read_status(&w->spawned, block) != 0) {
+        ep_ctl(sv, EPOLL_CTL_ADD, fd, EPOLLIN, XMP_EV_EXEC, (size_t)(w - sv->workers));
+        return;
+    }
     /* A worker that could not join its cgroups already has the reason; what the child says
      * about the closed gate adds nothing. */
     if (w->spawned.exec_failed && !w->start_failed) {
@@ -632,10 +696,31 @@ on_timer(struct xmp_supervisor *sv)
     arm_timer(sv);
 }
 
+/* A log file that could not be written (a full disk) stops there; that is said at once on
+ * stderr and in the report, never silently. */
 static void
-on_stream(struct xmp_supervisor *sv, struct xmp_stream *s)
+check_log(struct xmp_worker *w, struct xmp_stream *s)
 {
-    if (xmp_stream_read(s, READ_BUDGET) != 0)
+    const char *path = s == &w->out ? w->pw->stdout_path : w->pw->stderr_path;
+    char msg[sizeof(w->rep->log_error)];
+
+    if (s->log_errno == 0)
+        return;
+    snprintf(msg, sizeof(msg), "logs.dir: write `%s`: %s; the log is incomplete from there", path,
+             strerror(s->log_errno));
+    s->log_errno = 0;
+    fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank, msg);
+    if (w->rep->log_error[0] == '\0')
+        snprintf(w->rep->log_error, sizeof(w->rep->log_error), "%s", msg);
+}
+
+static void
+on_stream(struct xmp_supervisor *sv, struct xmp_worker *w, struct xmp_stream *s)
+{
+    int eof = xmp_stream_read(s, READ_BUDGET);
+
+    check_log(w, s);
+    if (eof != 0)
         close_stream(sv, s);
 }
 
@@ -715,8 +800,8 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
 
     if (spec->console == XMP_CONSOLE_PREFIX || spec->console == XMP_CONSOLE_RAW ||
         (spec->console == XMP_CONSOLE_RANK0 && pw->rank == 0)) {
-        con_out = &sv->consoles[0];
-        con_err = &sv->consoles[1];
+        con_out = xmp_group_console(sv, 0);
+        con_err = xmp_group_console(sv, 1);
     }
     xmp_now_real(&rep->started_at);
     if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
@@ -738,8 +823,9 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
     ep_add(sv, po[0], XMP_EV_STDOUT, index);
     ep_add(sv, pe[0], XMP_EV_STDERR, index);
 
-    /* A stale error file from an earlier run must not be reported as this run's. */
-    if (pw->error_file != NULL)
+    /* A stale error file from an earlier run must not be reported as this run's. (The first
+     * run's directory was just made, empty.) */
+    if (pw->error_file != NULL && sv->restart > 0)
         unlink(pw->error_file);
     getrusage(RUSAGE_CHILDREN, &w->ru_base);
     w->oom_base = 0;
@@ -869,6 +955,7 @@ drain_streams(struct xmp_supervisor *sv, struct xmp_worker *w)
     for (int i = 0; i < 2; i++) {
         if (streams[i]->fd >= 0)
             xmp_stream_read(streams[i], FINAL_DRAIN);
+        check_log(w, streams[i]);
         close_stream(sv, streams[i]);
     }
     w->rep->stderr_tail = xmp_tail_take(&w->tail, &w->rep->n_tail);
@@ -892,13 +979,15 @@ dispatch(struct xmp_supervisor *sv, const struct epoll_event *ev)
         try_reap(sv, &sv->workers[index]);
         return;
     case XMP_EV_STDOUT:
-        on_stream(sv, &sv->workers[index].out);
+        on_stream(sv, &sv->workers[index], &sv->workers[index].out);
         return;
     case XMP_EV_STDERR:
-        on_stream(sv, &sv->workers[index].err);
+        on_stream(sv, &sv->workers[index], &sv->workers[index].err);
         return;
     case XMP_EV_CONSOLE:
-        return; /* written in service_consoles after the batch */
+        /* Writable again, or its reader is gone (EPOLLERR): the write says which. */
+        service_consoles(sv);
+        return;
     case XMP_EV_EXEC:
         read_exec_status(sv, &sv->workers[index], false);
         return;
@@ -987,7 +1076,13 @@ loop_while(struct xmp_supervisor *sv, bool (*more)(const struct xmp_supervisor *
     struct epoll_event evs[64];
 
     while (more(sv)) {
-        int n = epoll_wait(sv->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), -1);
+        /* Lines are gathered while events keep coming and written when the loop goes idle. */
+        bool pending = consoles_pending(sv);
+        int n = epoll_wait(sv->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), pending ? 0 : -1);
+        if (n == 0 && pending) {
+            service_consoles(sv);
+            continue;
+        }
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
@@ -1009,7 +1104,8 @@ loop_while(struct xmp_supervisor *sv, bool (*more)(const struct xmp_supervisor *
         }
         for (int i = 0; i < n; i++)
             dispatch(sv, &evs[i]);
-        service_consoles(sv);
+        if (consoles_full(sv))
+            service_consoles(sv);
         service_status(sv);
     }
 }

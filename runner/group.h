@@ -97,7 +97,8 @@ struct xmp_supervisor {
     int timerfd;
     int stdin_fd; /* /dev/null when xmprun's stdin is a terminal, else -1 (inherit) */
     struct xmp_console consoles[2]; /* xmprun's stdout and stderr */
-    bool console_watched[2];        /* EPOLLOUT is armed for it */
+    bool consoles_shared;           /* both are one file: consoles[0] serves both */
+    int console_watched[2];         /* the fd in the epoll set for EPOLLOUT, or -1 */
     bool reading_paused;            /* a console is over XMP_CONSOLE_HIGH */
     struct xmp_status status;       /* the live status line (a terminal stderr only) */
     struct xmp_worker *workers;
@@ -144,6 +145,9 @@ xmp_quiet(const struct xmp_supervisor *sv)
 
 /* Sets up xmprun's stdout and stderr as the workers' consoles (after the epoll fd exists). */
 void xmp_group_setup_consoles(struct xmp_supervisor *sv);
+
+/* The console for xmprun's stdout (0) or stderr (1). */
+struct xmp_console *xmp_group_console(struct xmp_supervisor *sv, int i);
 
 /* Spawns every worker and supervises them until all are reaped, then kills what they left
  * behind and collects their output tails into sv->report.workers. */

@@ -588,6 +588,8 @@ worker_json(const struct xmp_worker_report *w)
         json_object_set_new(o, "error_file_note", utf8_json(w->error_file_note));
     if (w->state == XMP_WORKER_FAILED_TO_START)
         json_object_set_new(o, "start_error", str_or_null(w->start_error));
+    if (w->log_error[0] != '\0')
+        json_object_set_new(o, "log_error", json_string(w->log_error));
     return o;
 }
 

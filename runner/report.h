@@ -86,6 +86,7 @@ struct xmp_worker_report {
      * (borrowed; NULL otherwise) and the syscall's name when the kernel's audit record gave it. */
     const char *seccomp_profile;
     char seccomp_syscall[64];
+    char log_error[512]; /* "" or why its logs.dir file stops short (a full disk) */
 };
 
 /* A failure that led to a restart of the whole group. */

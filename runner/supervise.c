@@ -231,7 +231,8 @@ restore_signals(struct xmp_supervisor *sv)
     }
     sigprocmask(SIG_SETMASK, &sv->old_mask, NULL);
     sigaction(SIGCHLD, &sv->old_chld, NULL);
-    sigaction(SIGPIPE, &sv->old_pipe, NULL);
+    /* SIGPIPE stays ignored until xmprun exits: a console reader that went away (`| head -1`)
+     * must not kill it before its summary and its exit status, which are the report's. */
 }
 
 static int
@@ -460,6 +461,49 @@ remove_run_dir(struct xmp_supervisor *sv)
             unlink(f);
     }
     rmdir(sv->plan.run_dir);
+    sv->made_run_dir = false;
+}
+
+/* Says what the consoles could not show, then writes what they still hold and the summary, all
+ * (and why the report is missing, if it is) through the consoles: a stalled reader holds xmprun's
+ * exit for XMP_CONSOLE_STALL_MS at most, and a slow one still gets everything, in order. */
+static void
+finish_consoles(struct xmp_supervisor *sv, const char *report_error)
+{
+    struct xmp_console *out = xmp_group_console(sv, 0), *err = xmp_group_console(sv, 1);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    if (out != err)
+        xmp_console_drain(out, XMP_CONSOLE_STALL_MS);
+    f = open_memstream(&text, &len);
+    if (f == NULL) {
+        xmp_console_drain(err, XMP_CONSOLE_STALL_MS);
+        return;
+    }
+    for (int i = 0; i < 2 && !xmp_quiet(sv); i++) {
+        const struct xmp_console *c = xmp_group_console(sv, i);
+        if (c->dropped == 0 || c->write_errno == EPIPE || (i == 1 && out == err))
+            continue;
+        if (c->write_errno == ETIMEDOUT)
+            fprintf(f, "xmprun: warning: the reader of xmprun's %s took nothing for %d ms; ",
+                    i == 0 ? "stdout" : "stderr", XMP_CONSOLE_STALL_MS);
+        else
+            fprintf(f, "xmprun: warning: %s: write: %s; ", i == 0 ? "stdout" : "stderr",
+                    strerror(c->write_errno));
+        fprintf(f, "%zu bytes of the workers' output were not shown%s\n", c->dropped,
+                sv->spec->log_dir != NULL ? " (logs.dir has them)" : "");
+    }
+    if (!xmp_quiet(sv) && sv->report.outcome != XMP_OUTCOME_SETUP_FAILED)
+        xmp_report_print_summary(&sv->report, f);
+    /* Last, so that it is not lost among the workers' output. */
+    if (report_error != NULL)
+        fprintf(f, "xmprun: the report was not written: %s\n", report_error);
+    if (fclose(f) == 0 && len > 0)
+        xmp_console_put(err, text, len);
+    free(text);
+    xmp_console_drain(err, XMP_CONSOLE_STALL_MS);
 }
 
 static void
@@ -521,6 +565,11 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
     bool report_refused = false, report_lost = false;
     int status;
 
+    /* No console until setup_consoles: what the end writes is then dropped, not sent to fd 0. */
+    for (int i = 0; i < 2; i++) {
+        xmp_console_init(&sv.consoles[i], -1, true);
+        sv.console_watched[i] = -1;
+    }
     xmp_now_real(&sv.report.started_at);
     sv.report.started_mono_ns = xmp_now_ns();
     sv.report.cgroup_mode = "none";
@@ -592,6 +641,7 @@ done:
         if (xmp_cgroup_leave_self_leaf(&e) < 0 && !xmp_quiet(&sv))
             fprintf(stderr, "xmprun: warning: %s\n", e.msg);
     }
+    remove_run_dir(&sv);
     /* Destroying the cgroups killed what was left; those were xmprun's children (it is their
      * subreaper), so reap them rather than leave zombies. */
     xmp_group_kill_orphans(0);
@@ -610,15 +660,7 @@ done:
         if (sv.report.exit_code == 0)
             sv.report.exit_code = 125;
     }
-    /* What a slow console still holds is written last, waiting for its reader if need be: the
-     * job's end time and report do not wait for it, the summary comes after it. */
-    for (int i = 0; i < 2; i++)
-        xmp_console_drain(&sv.consoles[i]);
-    if (!xmp_quiet(&sv) && sv.report.outcome != XMP_OUTCOME_SETUP_FAILED)
-        xmp_report_print_summary(&sv.report, stderr);
-    /* Last, so that it is not lost among the workers' output. */
-    if (report_lost)
-        fprintf(stderr, "xmprun: the report was not written: %s\n", err.msg);
+    finish_consoles(&sv, report_lost ? err.msg : NULL);
     status = sv.report.exit_code;
     cleanup(&sv);
     return status;

@@ -64,6 +64,7 @@ run_stream(const char *const *chunks, size_t n_chunks, bool prefix, struct xmp_t
     close(p[1]);
     cr_assert_eq(xmp_stream_read(&s, 1 << 20), 1); /* EOF */
     xmp_stream_close(&s);
+    xmp_console_drain(&console, 1000);
     xmp_console_free(&console);
     close(con);
     text = xt_read_file(con_path);
