@@ -724,33 +724,6 @@ on_stream(struct xmp_supervisor *sv, struct xmp_worker *w, struct xmp_stream *s)
         close_stream(sv, s);
 }
 
-/* Sets name=value in env (a malloc'd, NULL-terminated environ), replacing an entry of that
- * name. Returns env, or its grown copy; on failure env stays as it was. */
-static char **
-environ_put(char **env, const char *name, int value)
-{
-    size_t len = strlen(name), n = 0;
-    char *entry = NULL, **grown;
-
-    if (env == NULL || asprintf(&entry, "%s=%d", name, value) < 0)
-        return env;
-    for (; env[n] != NULL; n++) {
-        if (strncmp(env[n], name, len) == 0 && env[n][len] == '=') {
-            free(env[n]);
-            env[n] = entry;
-            return env;
-        }
-    }
-    grown = realloc(env, (n + 2) * sizeof(char *));
-    if (grown == NULL) {
-        free(entry);
-        return env;
-    }
-    grown[n] = entry;
-    grown[n + 1] = NULL;
-    return grown;
-}
-
 /* The worker's environment for this run: the plan's, with XMPRUN_RESTART_COUNT and (unless the
  * spec set it) TORCHELASTIC_RESTART_COUNT set to the current restart. Built here, before the
  * fork, so the child allocates nothing. */
@@ -764,9 +737,12 @@ worker_environ(struct xmp_supervisor *sv, const struct xmp_plan_worker *pw)
     for (size_t i = 0; i < sv->spec->env_len; i++)
         spec_sets |= strcmp(sv->spec->env[i].name, "TORCHELASTIC_RESTART_COUNT") == 0;
     env = xmp_zygote_client_env(sv, env);
-    env = environ_put(env, "XMPRUN_RESTART_COUNT", sv->restart);
+    char count[16];
+
+    snprintf(count, sizeof(count), "%d", sv->restart);
+    env = xmp_strv_setenv(env, "XMPRUN_RESTART_COUNT", count);
     if (!spec_sets)
-        env = environ_put(env, "TORCHELASTIC_RESTART_COUNT", sv->restart);
+        env = xmp_strv_setenv(env, "TORCHELASTIC_RESTART_COUNT", count);
     return env;
 }
 

@@ -5,6 +5,7 @@
 #include "runner/isolation.h"
 
 #include "isolate/cleanup.h"
+#include "runner/plan.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -183,34 +184,11 @@ xmp_isolation_environ(const struct xmp_isolation *iso, const struct xmp_spec *sp
 {
     const char *names[] = {"HOME", "USER", "LOGNAME"};
     const char *values[] = {iso->home, iso->user, iso->user};
-    size_t n = 0;
 
-    if (!iso->confine.change_user || env == NULL)
+    if (!iso->confine.change_user)
         return env;
-    while (env[n] != NULL)
-        n++;
-    for (size_t k = 0; k < 3; k++) {
-        char *entry = NULL;
-        size_t len = strlen(names[k]), i;
-        if (values[k] == NULL || spec_sets(spec, names[k]) ||
-            asprintf(&entry, "%s=%s", names[k], values[k]) < 0)
-            continue;
-        for (i = 0; i < n; i++)
-            if (strncmp(env[i], names[k], len) == 0 && env[i][len] == '=')
-                break;
-        if (i < n) {
-            free(env[i]);
-            env[i] = entry;
-            continue;
-        }
-        char **grown = realloc(env, (n + 2) * sizeof(char *));
-        if (grown == NULL) {
-            free(entry);
-            return env;
-        }
-        env = grown;
-        env[n++] = entry;
-        env[n] = NULL;
-    }
+    for (size_t k = 0; k < 3; k++)
+        if (values[k] != NULL && !spec_sets(spec, names[k]))
+            env = xmp_strv_setenv(env, names[k], values[k]);
     return env;
 }

@@ -466,6 +466,31 @@ xmp_strv_free(char **v)
     free(v);
 }
 
+char **
+xmp_strv_setenv(char **env, const char *name, const char *value)
+{
+    size_t n = 0, len = strlen(name);
+    char *entry = NULL, **grown;
+
+    if (env == NULL || asprintf(&entry, "%s=%s", name, value) < 0)
+        return env;
+    for (; env[n] != NULL; n++) {
+        if (strncmp(env[n], name, len) == 0 && env[n][len] == '=') {
+            free(env[n]);
+            env[n] = entry;
+            return env;
+        }
+    }
+    grown = realloc(env, (n + 2) * sizeof(char *));
+    if (grown == NULL) {
+        free(entry);
+        return env;
+    }
+    grown[n] = entry;
+    grown[n + 1] = NULL;
+    return grown;
+}
+
 static int
 resolve_kind(const struct xmp_spec *spec, const struct xmp_host *host, char *const *envp,
              struct xmp_plan_sel **vis, size_t *n_vis, char *why, size_t why_size,

@@ -61,6 +61,9 @@ json_t *xmp_plan_to_json(const struct xmp_plan *plan, const struct xmp_host *hos
 char **xmp_plan_worker_environ(const struct xmp_plan *plan, const struct xmp_plan_worker *w,
                                char *const *envp);
 void xmp_strv_free(char **v);
+/* Sets NAME=value in env (malloc'd, NULL-terminated, as above), replacing an entry of that name.
+ * Returns env or its grown copy; on failure env stays as it was. */
+char **xmp_strv_setenv(char **env, const char *name, const char *value);
 
 /* Expands a Slurm hostlist ("gpu[01-04,07],login1") into a NULL-terminated vector. */
 int xmp_hostlist_expand(const char *text, char ***out, struct xmp_error *err);

@@ -54,32 +54,6 @@ is_per_worker(const char *entry)
     return false;
 }
 
-/* Replaces (or appends) NAME=value in a malloc'd NULL-terminated vector. */
-static char **
-env_put(char **env, const char *name, const char *value)
-{
-    size_t n = 0, len = strlen(name);
-    char *entry = NULL;
-
-    if (env == NULL || asprintf(&entry, "%s=%s", name, value) < 0)
-        return env;
-    for (; env[n] != NULL; n++) {
-        if (strncmp(env[n], name, len) == 0 && env[n][len] == '=') {
-            free(env[n]);
-            env[n] = entry;
-            return env;
-        }
-    }
-    char **grown = realloc(env, (n + 2) * sizeof(char *));
-    if (grown == NULL) {
-        free(entry);
-        return env;
-    }
-    grown[n] = entry;
-    grown[n + 1] = NULL;
-    return grown;
-}
-
 static const char *
 env_get(char *const *env, const char *name)
 {
@@ -125,12 +99,12 @@ xmp_zygote_client_env(struct xmp_supervisor *sv, char **env)
         /* Appended, so that an installed or user-chosen xmprun package comes first. */
         if (asprintf(&joined, "%s%s%s", pp != NULL ? pp : "", pp != NULL && pp[0] ? ":" : "",
                      sv->client_python) >= 0)
-            env = env_put(env, "PYTHONPATH", joined);
+            env = xmp_strv_setenv(env, "PYTHONPATH", joined);
         free(joined);
-        env = env_put(env, "XMPRUN_CLIENT_LIB", sv->client_lib);
+        env = xmp_strv_setenv(env, "XMPRUN_CLIENT_LIB", sv->client_lib);
     }
     if (sv->serial_lock != NULL)
-        env = env_put(env, "XMPRUN_SERIAL_LOCK", sv->serial_lock);
+        env = xmp_strv_setenv(env, "XMPRUN_SERIAL_LOCK", sv->serial_lock);
     return env;
 }
 
@@ -168,11 +142,11 @@ xmp_zygote_start(struct xmp_supervisor *sv, struct xmp_error *err)
     }
     zy->sock = pair[0];
     snprintf(num, sizeof(num), "%d", pair[1]);
-    env = env_put(env, "XMPRUN_ZYGOTE_FD", num);
+    env = xmp_strv_setenv(env, "XMPRUN_ZYGOTE_FD", num);
     snprintf(num, sizeof(num), "%zu", sv->n_workers);
-    env = env_put(env, "XMPRUN_ZYGOTE_WORKERS", num);
+    env = xmp_strv_setenv(env, "XMPRUN_ZYGOTE_WORKERS", num);
     snprintf(num, sizeof(num), "%d", (int)getpid());
-    env = env_put(env, "XMPRUN_ZYGOTE_PARENT", num);
+    env = xmp_strv_setenv(env, "XMPRUN_ZYGOTE_PARENT", num);
     env = xmp_zygote_client_env(sv, env);
     zy->environ = env;
     zy->path = xmp_spawn_resolve(sv->plan.workers[0].argv[0], env);
