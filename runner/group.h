@@ -117,6 +117,7 @@ struct xmp_supervisor {
     struct sigaction old_pipe;
     struct xmp_report report;
     bool fork_mode;
+    bool no_device_filter; /* isolation.devices wanted, but unprivileged with nothing to guard */
     struct xmp_zygote zy;
     char client_python[512]; /* the Python client's directory (PYTHONPATH) */
     char client_lib[512];    /* libxmprun.so */

@@ -46,8 +46,11 @@ create_worker_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
         struct xmp_worker *w = &sv->workers[i];
         char name[32];
 
+        struct xmp_limits limits = w->pw->limits;
+
+        limits.has_devices = limits.has_devices && !sv->no_device_filter;
         snprintf(name, sizeof(name), "worker-%d", w->pw->rank);
-        if (xmp_cgroup_create_child(sv->job_cg, name, &w->pw->limits, &w->cg, err) < 0) {
+        if (xmp_cgroup_create_child(sv->job_cg, name, &limits, &w->cg, err) < 0) {
             xmp_file_explain_emfile(err);
             return xmp_error_wrap(err, "worker %d", w->pw->rank);
         }
@@ -137,6 +140,33 @@ job_limits(const struct xmp_supervisor *sv)
     return l;
 }
 
+/* isolation.devices on cgroup v2 is a BPF device program, which only a privileged process may
+ * load and attach: an unprivileged xmprun in a delegated cgroup (systemd Delegate=yes) cannot
+ * have one, as crun and systemd --user cannot. Where this host has an accelerator, whose nodes
+ * the filter is for, that is an error that says what to do; without one the job runs without
+ * the filter, and the report's cgroup.note says so. */
+static int
+check_device_filter(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    bool wanted = false;
+
+    for (size_t i = 0; i < sv->n_workers; i++)
+        wanted |= sv->workers[i].pw->limits.has_devices;
+    if (!wanted || geteuid() == 0 || sv->mode == XMP_CGROUP_MODE_LEGACY)
+        return 0;
+    if (sv->host.n_gpus + sv->host.n_tpus > 0)
+        return xmp_error_set(err, EPERM,
+                             "isolation.devices: the workers' device filter (a BPF device program "
+                             "on cgroup v2) needs root, and xmprun runs as uid %u: run it as root, "
+                             "or set isolation.devices: false to run without the filter",
+                             (unsigned)geteuid());
+    sv->no_device_filter = true;
+    snprintf(sv->report.cgroup_note, sizeof(sv->report.cgroup_note),
+             "no device filter: a BPF device program needs root, and this host has no "
+             "accelerator whose device nodes it would guard");
+    return 0;
+}
+
 /* isolation.cgroups: required refuses to run without cgroups, optional warns once and runs
  * without limits (saying so in the report), off does not try. */
 static int
@@ -150,7 +180,7 @@ setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
     }
     struct xmp_limits jl = job_limits(sv);
 
-    if (xmp_cgroup_detect(&sv->mode, err) < 0 ||
+    if (xmp_cgroup_detect(&sv->mode, err) < 0 || check_device_filter(sv, err) < 0 ||
         xmp_cgroup_create_job(sv->mode, sv->plan.cgroup_name, &jl, &sv->job_cg, err) < 0 ||
         create_worker_cgroups(sv, err) < 0 || create_zygote_cgroup(sv, err) < 0) {
         destroy_cgroups(sv);
