@@ -539,7 +539,6 @@ finish_consoles(struct xmp_supervisor *sv, const char *report_error)
 static void
 cleanup(struct xmp_supervisor *sv)
 {
-    remove_run_dir(sv);
     free(sv->serial_lock);
     if (sv->zy.sock >= 0)
         close(sv->zy.sock);
