@@ -62,8 +62,7 @@ struct xmp_zygote {
     struct xmp_cgroup *cg;
     char **environ;
     char *path;
-    struct xmp_confine confine; /* the zygote's own: no_new_privs only */
-    int sock;                   /* xmprun's end of the socketpair; -1 when none */
+    int sock; /* xmprun's end of the socketpair; -1 when none */
     pid_t pid;
     int pidfd;
     struct xmp_spawned spawned;

@@ -157,14 +157,14 @@ xmp_zygote_start(struct xmp_supervisor *sv, struct xmp_error *err)
 
     /* The zygote stays xmprun's user, unfiltered (it clones into the workers' cgroups, which
      * a filter or a user drop could forbid); each worker confines itself once forked. */
-    zy->confine = (struct xmp_confine){.no_new_privs = sv->spec->no_new_privs};
+    struct xmp_confine own = {.no_new_privs = sv->spec->no_new_privs};
     int keep[1] = {pair[1]};
     struct xmp_spawn_args args = {
         .path = zy->path,
         .argv = sv->plan.workers[0].argv,
         .envp = env,
         .workdir = sv->plan.workdir,
-        .confine = &zy->confine,
+        .confine = &own,
         .stdin_fd = sv->stdin_fd,
         .stdout_fd = -1,
         .stderr_fd = -1,
