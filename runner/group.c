@@ -314,15 +314,16 @@ read_exec_status(struct xmp_supervisor *sv, struct xmp_worker *w, bool block)
 {
     int fd = w->spawned.status_fd;
 
-    if (fd < 0)
-        return;
     /* Out of the epoll set before the read can close it: closing does not remove it while a
      * worker forked later still holds a copy (until its exec), and its EOF would then wake the
-     * loop again and again, spinning on a core those workers need to start. */
-    ep_del(sv, fd);
-    if (xmp_spawn_read_status(&w->spawned, block) != 0) {
-        ep_ctl(sv, EPOLL_CTL_ADD, fd, EPOLLIN, XMP_EV_EXEC, (size_t)(w - sv->workers));
-        return;
+     * loop again and again, spinning on a core those workers need to start. (An exec-mode
+     * worker has no pipe: xmp_spawn knew at once.) */
+    if (fd >= 0) {
+        ep_del(sv, fd);
+        if (xmp_spawn_read_status(&w->spawned, block) != 0) {
+            ep_ctl(sv, EPOLL_CTL_ADD, fd, EPOLLIN, XMP_EV_EXEC, (size_t)(w - sv->workers));
+            return;
+        }
     }
     /* A worker that could not join its cgroups already has the reason; what the child says
      * about the closed gate adds nothing. */
@@ -841,7 +842,10 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
     sv->n_running++;
     if (w->pidfd >= 0)
         ep_add(sv, w->pidfd, XMP_EV_PIDFD, index);
-    ep_add(sv, sp.status_fd, XMP_EV_EXEC, index);
+    if (sp.status_fd >= 0)
+        ep_add(sv, sp.status_fd, XMP_EV_EXEC, index);
+    else
+        read_exec_status(sv, w, false);
     return;
 
 fail:
@@ -1130,8 +1134,9 @@ xmp_group_run(struct xmp_supervisor *sv)
             return;
         }
     }
-    /* Create every worker first and only then put them into their cgroups and let them exec:
-     * see xmp_spawn for why the forks and the cgroup joins are kept apart. */
+    /* An exec-mode worker has joined its cgroups and exec'd when xmp_spawn returns; a forked
+     * one waits at its start gate until every worker exists, and only then are they put into
+     * their cgroups: see xmp_spawn for why the forks and the cgroup joins are kept apart. */
     for (size_t i = 0; i < sv->n_workers; i++)
         spawn_worker(sv, &sv->workers[i], i);
     for (size_t i = 0; i < sv->n_workers; i++)

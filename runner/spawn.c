@@ -1,8 +1,8 @@
-/* Starting one worker. clone3(CLONE_INTO_CGROUP | CLONE_PIDFD) puts the child in its cgroup
- * before it runs a single instruction, so no allocation it makes escapes the limits; where that
- * is unavailable the child attaches itself before exec. A CLOEXEC pipe carries the child's
- * struct xmp_error to the parent, and EOF on it means execve succeeded (libuv's
- * uv__spawn_and_init_child closes the same race). */
+/* Starting one worker, as posix_spawn does: the child shares xmprun's memory
+ * (CLONE_VM | CLONE_VFORK) while xmprun waits, so no page table is copied for it and torn down
+ * again at its exec, and whether the exec worked is known when clone returns. clone3
+ * (CLONE_INTO_CGROUP | CLONE_PIDFD) puts it into its cgroup2 directory before it runs a single
+ * instruction; it joins the v1 hierarchies itself before exec. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -26,6 +27,9 @@
 #ifndef CLONE_INTO_CGROUP
 #define CLONE_INTO_CGROUP 0x200000000ULL
 #endif
+#define XMP_STR_(x) #x
+#define XMP_STR(x)  XMP_STR_(x)
+
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
@@ -251,101 +255,152 @@ xmp_spawn_child_setup(const struct xmp_spawn_args *a, struct xmp_error *err)
     return 0;
 }
 
-/* Runs in the child: no allocation (the environment and the path were built by the parent),
- * every failure goes to the pipe. */
-static void __attribute__((noreturn))
-child_main(const struct xmp_spawn_args *a, int errfd, int gatefd, pid_t parent)
+/* What the child shares with the parent, which is suspended until the child execs or exits
+ * (CLONE_VM | CLONE_VFORK, as posix_spawn): its arguments in, why it failed out. */
+struct child_ctx {
+    const struct xmp_spawn_args *a;
+    pid_t parent;
+    bool in_unified; /* clone3 placed it in its cgroup2 directory */
+    bool failed;     /* err and the exit code are the child's last words */
+    struct xmp_error err;
+};
+
+/* Not instrumented: under AddressSanitizer the _exit of a child on a stack of its own would
+ * otherwise print a warning about that stack into the worker's stderr. */
+static void __attribute__((noreturn, no_sanitize_address)) child_fail(struct child_ctx *c, int code)
 {
-    struct xmp_error err = {0};
+    c->failed = true;
+    _exit(code);
+}
 
-    if (xmp_spawn_child_enter(a, gatefd, parent, &err) < 0 || xmp_spawn_child_setup(a, &err) < 0)
-        xmp_spawn_child_fail(errfd, &err, 125);
+/* Runs in the child, in the parent's memory: no allocation, nothing written but c->err and
+ * c->failed, no signal handler that could run (xmprun installs none: its signals come through
+ * a signalfd). The environment and the path were built by the parent. */
+static int
+child_main(void *arg)
+{
+    struct child_ctx *c = arg;
+    const struct xmp_spawn_args *a = c->a;
 
+    if (xmp_spawn_child_enter(a, -1, c->parent, &c->err) < 0)
+        child_fail(c, 125);
+    /* The hierarchies clone3 did not place it in. The parent is suspended meanwhile, so this
+     * join and its next fork cannot contend for the cgroup threadgroup lock. */
+    if (a->cg != NULL && xmp_cgroup_attach(a->cg, 0, c->in_unified, &c->err) < 0) {
+        xmp_error_wrap(&c->err, "join cgroup `%s`", xmp_cgroup_path(a->cg));
+        child_fail(c, 125);
+    }
+    if (xmp_spawn_child_setup(a, &c->err) < 0)
+        child_fail(c, 125);
     /* Last before exec: the seccomp filter it ends with then has to allow only execve (and
-     * the write and exit of a failed one). */
-    if (a->confine != NULL && xmp_confine_apply(a->confine, &err) < 0)
-        xmp_spawn_child_fail(errfd, &err, 125);
+     * the exit of a failed one). */
+    if (a->confine != NULL && xmp_confine_apply(a->confine, &c->err) < 0)
+        child_fail(c, 125);
 
     if (strchr(a->path, '/') == NULL) {
-        xmp_error_set(&err, ENOENT, "exec `%s`", a->path);
-        xmp_spawn_child_fail(errfd, &err, 127);
+        xmp_error_set(&c->err, ENOENT, "exec `%s`", a->path);
+        child_fail(c, 127);
     }
     execve(a->path, a->argv, a->envp);
     int saved = errno;
-    xmp_error_set(&err, saved, "exec `%s`", a->argv[0]);
+    xmp_error_set(&c->err, saved, "exec `%s`", a->argv[0]);
     if (saved == ENOENT)
-        explain_missing_interpreter(a->path, a->argv[0], &err);
-    xmp_spawn_child_fail(errfd, &err, saved == ENOENT ? 127 : 126);
+        explain_missing_interpreter(a->path, a->argv[0], &c->err);
+    child_fail(c, saved == ENOENT ? 127 : 126);
 }
+
+#if defined(__x86_64__)
+/* clone3 on a stack of the child's own, which glibc does not wrap: long
+ * xmp_clone3_run(struct clone_args *, size_t, int (*fn)(void *), void *arg) returns the child's
+ * pid or -errno in the parent; the child calls fn(arg) and exits with what it returns. The
+ * syscall keeps every register but rax, rcx and r11, in the child too. */
+// clang-format off
+__asm__(".pushsection .text\n"
+        ".p2align 4\n"
+        ".type xmp_clone3_run, @function\n"
+        "xmp_clone3_run:\n"
+        "    mov %rcx, %r8\n"
+        "    mov $" XMP_STR(SYS_clone3) ", %eax\n"
+        "    syscall\n"
+        "    test %rax, %rax\n"
+        "    jz 1f\n"
+        "    ret\n"
+        "1:  xor %ebp, %ebp\n"
+        "    mov %r8, %rdi\n"
+        "    call *%rdx\n"
+        "    mov %eax, %edi\n"
+        "    mov $" XMP_STR(SYS_exit) ", %eax\n"
+        "    syscall\n"
+        "    hlt\n"
+        ".size xmp_clone3_run, . - xmp_clone3_run\n"
+        ".popsection\n");
+// clang-format on
+long xmp_clone3_run(struct clone_args *ca, size_t size, int (*fn)(void *), void *arg);
+#endif
+
+/* Enough for the child's setup and its error message; glibc's posix_spawn takes less. */
+#define CHILD_STACK (64 * 1024)
 
 int
 xmp_spawn(const struct xmp_spawn_args *a, struct xmp_spawned *out, struct xmp_error *err)
 {
-    cleanup_close int rfd = -1;
-    cleanup_close int wfd = -1;
-    cleanup_close int gate_r = -1;
-    cleanup_close int gate_w = -1;
-    int fds[2];
+    struct child_ctx c = {.a = a, .parent = getpid()};
     int pidfd = -1;
     int cgfd = a->cg != NULL ? xmp_cgroup_dirfd(a->cg) : -1;
-    pid_t parent = getpid(), pid;
+    pid_t pid = -1;
+    void *stack;
 
     memset(out, 0, sizeof(*out));
     out->pidfd = -1;
     out->status_fd = -1;
     out->gate_fd = -1;
-    if (pipe2(fds, O_CLOEXEC) < 0)
-        return xmp_error_set(err, errno, "pipe2");
-    rfd = fds[0];
-    wfd = fds[1];
-    /* Without a cgroup there is nothing to join before exec, hence no gate. */
-    if (a->cg != NULL) {
-        if (pipe2(fds, O_CLOEXEC) < 0)
-            return xmp_error_set(err, errno, "pipe2");
-        gate_r = fds[0];
-        gate_w = fds[1];
-    }
+    stack = mmap(NULL, CHILD_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
+                 -1, 0);
+    if (stack == MAP_FAILED)
+        return xmp_error_set(err, errno, "mmap the child's stack");
 
-    /* clone3 with a NULL stack behaves like fork (the child runs on a copy of this stack), and
-     * gives a pidfd atomically, with or without a cgroup to start in. */
+        /* The child shares this process's memory and runs until it execs or exits while this one
+         * waits: no copy of xmprun's page tables to make and tear down again at exec, and the
+         * child's failure is known when clone returns. clone3 puts it into its cgroup2 directory
+         * before it runs (CLONE_INTO_CGROUP) and gives a pidfd atomically. */
+#if defined(__x86_64__)
     struct clone_args ca = {
-        .flags = CLONE_PIDFD | (cgfd >= 0 ? CLONE_INTO_CGROUP : 0),
+        .flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | (cgfd >= 0 ? CLONE_INTO_CGROUP : 0),
         .pidfd = (uint64_t)(uintptr_t)&pidfd,
         .exit_signal = SIGCHLD,
+        .stack = (uint64_t)(uintptr_t)stack,
+        .stack_size = CHILD_STACK,
         .cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0,
     };
-    pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
-    if (pid >= 0) {
-        /* In hybrid mode clone3 placed the child in the cgroup2 tracking tree only; the v1
-         * controller hierarchies are joined in xmp_spawn_start. */
-        out->in_unified = cgfd >= 0;
-    } else {
-        /* Old kernel (ENOSYS), legacy v1 only, or a cgroup clone3 refuses (EINVAL, EBUSY,
-         * EOPNOTSUPP): fork, and every hierarchy is joined in xmp_spawn_start. */
+    c.in_unified = cgfd >= 0;
+    pid = (pid_t)xmp_clone3_run(&ca, sizeof(ca), child_main, &c);
+#endif
+    if (pid < 0) {
+        /* Old kernel (ENOSYS), a cgroup clone3 refuses (EINVAL, EBUSY, EOPNOTSUPP), or
+         * another architecture: clone, and the child joins every hierarchy itself. */
         pidfd = -1;
-        pid = fork();
-        if (pid < 0)
-            return xmp_error_set(err, errno, "fork");
-        out->in_unified = false;
+        c.in_unified = false;
+        pid = clone(child_main, (char *)stack + CHILD_STACK,
+                    CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &c, &pidfd);
     }
-    if (pid == 0) {
-        close(rfd);
-        if (gate_w >= 0)
-            close(gate_w);
-        child_main(a, wfd, gate_r, parent);
-    }
+    int saved = errno;
+    munmap(stack, CHILD_STACK);
+    if (pid < 0)
+        return xmp_error_set(err, saved, "clone");
 
     if (pidfd < 0)
         pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    /* Also from here, so the group exists whichever of the two runs first; EACCES after the
-     * child's exec is harmless. */
+    /* Also from here, so that the group exists even if the child died before its setpgid;
+     * EACCES after the child's exec is harmless. */
     setpgid(pid, pid);
-
     out->pid = pid;
     out->pidfd = pidfd;
-    out->status_fd = steal_fd(&rfd);
-    out->gate_fd = steal_fd(&gate_w);
-    fcntl(out->status_fd, F_SETFL, O_NONBLOCK);
+    out->in_unified = c.in_unified;
+    if (c.failed) {
+        out->exec_failed = true;
+        out->child_err = c.err;
+        out->child_err.msg[sizeof(out->child_err.msg) - 1] = '\0';
+    }
     return 0;
 }
 

@@ -1,6 +1,6 @@
-/* Starting one worker: clone3 straight into its cgroup (or fork and attach), the child's setup
- * (signals, process group, death signal, workdir, affinity, stdio, then xmp_confine_apply) and
- * execve, with a CLOEXEC pipe that tells the parent whether exec worked. */
+/* Starting one worker: clone3 straight into its cgroup, sharing xmprun's memory until it execs
+ * (posix_spawn's way), the child's setup (signals, process group, death signal, v1 cgroups,
+ * workdir, affinity, stdio, then xmp_confine_apply) and execve. */
 #ifndef XMP_SPAWN_H
 #define XMP_SPAWN_H
 
@@ -50,28 +50,29 @@ struct xmp_spawned {
  * child's execve then reports why). */
 char *xmp_spawn_resolve(const char *argv0, char *const *envp);
 
-/* Creates the worker process and returns at once: 0 when a child exists (to reap through
- * out->pidfd or out->pid), -1 when none could be created. The child sets itself up, then waits
- * at a start gate until xmp_spawn_start() has put it into its cgroups; only then does it exec.
- * Whether the exec worked arrives later on out->status_fd: the child's struct xmp_error on
- * failure, EOF alone on success.
+/* Creates the worker process: returns 0 when a child exists (to reap through out->pidfd or
+ * out->pid), -1 when none could be created. The child has set itself up, joined its cgroups and
+ * exec'd by then, or failed: out->exec_failed and out->child_err say so at once (the child exits
+ * 127, 126 or 125), and out->status_fd and out->gate_fd are -1.
  *
- * Why a gate: joining a v1 hierarchy (a write to cgroup.procs) takes the kernel's cgroup
- * threadgroup lock for writing, and every fork waits for that lock. Children that joined their
- * cgroups themselves stalled the parent's next clone3 by milliseconds each; creating all
- * workers first and attaching them afterwards keeps the forks and the joins apart. */
+ * Joining a v1 hierarchy (a write to cgroup.procs) takes the kernel's cgroup threadgroup lock
+ * for writing, and every fork waits for that lock: children that joined while the parent went
+ * on forking stalled its next clone3 by milliseconds each. Here the parent is suspended while
+ * its child joins, so the two never overlap. A worker forked by the zygote (fork mode) runs
+ * alongside the zygote instead: it waits at a start gate, which xmp_spawn_start opens once
+ * xmprun has put it into its cgroups, and reports on a status pipe (xmp_spawn_read_status). */
 int xmp_spawn(const struct xmp_spawn_args *args, struct xmp_spawned *out, struct xmp_error *err);
 
-/* Puts the child into every cgroup hierarchy that clone3 did not already place it in, then opens
- * its start gate. On failure the child is killed (it never ran the command) and -1 returned; it
- * must still be reaped. */
+/* For a worker at a start gate (sp->gate_fd, fork mode; a no-op without one): puts it into every
+ * cgroup hierarchy that clone3 did not already place it in, then opens the gate. On failure the
+ * child is killed (it never ran the command) and -1 returned; it must still be reaped. */
 int xmp_spawn_start(struct xmp_spawned *sp, const struct xmp_cgroup *cg, enum xmp_cgroup_mode mode,
                     struct xmp_error *err);
 
-/* Reads the exec status from sp->status_fd. Returns 0 when it is complete (exec_failed and
- * child_err are final, status_fd is closed), 1 while the child has not exec'd or failed yet
- * (only when block is false). A caller that has seen the child exit may block: its end of the
- * pipe is closed by then, so the read ends at once. */
+/* Reads the exec status from sp->status_fd (fork mode; 0 at once without one). Returns 0 when
+ * it is complete (exec_failed and child_err are final, status_fd is closed), 1 while the child
+ * has not exec'd or failed yet (only when block is false). A caller that has seen the child exit
+ * may block: its end of the pipe is closed by then, so the read ends at once. */
 int xmp_spawn_read_status(struct xmp_spawned *sp, bool block);
 
 /* The child's side, shared by exec-mode workers (below, before execve) and forked workers
