@@ -16,6 +16,9 @@ cleanup() { [[ -n $keep_work ]] || rm -rf "$work"; }
 trap cleanup EXIT
 
 export CRITERION_FAIL_FAST=1 # a mutant is killed by its first failing test
+# A test that fails fast leaves its directory behind; here it goes with the work directory.
+mkdir -p "$work/tmp"
+export XMPRUN_TEST_TMPDIR=$work/tmp
 log() { printf '[mutation %s] %s\n' "$(date +%T)" "$*"; }
 
 # The copy: tracked and untracked-but-not-ignored files, as they are in the working tree.

@@ -147,11 +147,21 @@ xt_result_free(struct xt_result *r)
     r->out = r->err = NULL;
 }
 
+/* Where the tests' directories go: /tmp, or XMPRUN_TEST_TMPDIR (the mutation check points it
+ * into its own work directory, so that what a test killed by a planted bug could not remove goes
+ * with that directory). */
+static const char *
+tmp_base(void)
+{
+    const char *base = getenv("XMPRUN_TEST_TMPDIR");
+    return base != NULL && base[0] == '/' ? base : "/tmp";
+}
+
 char *
 xt_tmpdir(void)
 {
-    char *tmpl = strdup("/tmp/xmprun-test-XXXXXX");
-    if (tmpl == NULL || mkdtemp(tmpl) == NULL) {
+    char *tmpl = NULL;
+    if (asprintf(&tmpl, "%s/xmprun-test-XXXXXX", tmp_base()) < 0 || mkdtemp(tmpl) == NULL) {
         perror("mkdtemp");
         abort();
     }
@@ -205,7 +215,9 @@ rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 void
 xt_tmpdir_remove(const char *dir)
 {
-    if (dir != NULL && strncmp(dir, "/tmp/xmprun-test-", 17) == 0)
+    const char *base = tmp_base();
+    size_t n = strlen(base);
+    if (dir != NULL && strncmp(dir, base, n) == 0 && strncmp(dir + n, "/xmprun-test-", 13) == 0)
         nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
