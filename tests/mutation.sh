@@ -12,13 +12,19 @@ list=$src/tests/mutations.txt
 py=/usr/bin/python3
 work=${MUTATION_DIR:-$(mktemp -d /tmp/xmprun-mutation.XXXXXX)}
 keep_work=${MUTATION_DIR:+1}
-cleanup() { [[ -n $keep_work ]] || rm -rf "$work"; }
+# A test that fails fast leaves its directory behind: the tests make theirs here, removed at
+# the end. Beside the work directory (0700), not in it: a test that acts as another uid
+# (test_state) must reach its directory.
+tests_tmp=$(mktemp -d /tmp/xmprun-mutation-tests.XXXXXX)
+chmod 755 "$tests_tmp"
+export XMPRUN_TEST_TMPDIR=$tests_tmp
+cleanup() {
+    rm -rf "$tests_tmp"
+    [[ -n $keep_work ]] || rm -rf "$work"
+}
 trap cleanup EXIT
 
 export CRITERION_FAIL_FAST=1 # a mutant is killed by its first failing test
-# A test that fails fast leaves its directory behind; here it goes with the work directory.
-mkdir -p "$work/tmp"
-export XMPRUN_TEST_TMPDIR=$work/tmp
 log() { printf '[mutation %s] %s\n' "$(date +%T)" "$*"; }
 
 # The copy: tracked and untracked-but-not-ignored files, as they are in the working tree.
