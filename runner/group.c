@@ -826,7 +826,6 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
         .stdout_fd = po[1],
         .stderr_fd = pe[1],
         .cg = w->cg,
-        .mode = sv->mode,
         .sigmask = &sv->old_mask,
         .inherited_nofile = sv->have_inherited_nofile ? &sv->inherited_nofile : NULL,
     };
@@ -1139,7 +1138,7 @@ xmp_group_run(struct xmp_supervisor *sv)
      * their cgroups: see xmp_spawn for why the forks and the cgroup joins are kept apart. */
     for (size_t i = 0; i < sv->n_workers; i++)
         spawn_worker(sv, &sv->workers[i], i);
-    for (size_t i = 0; i < sv->n_workers; i++)
+    for (size_t i = 0; sv->fork_mode && i < sv->n_workers; i++)
         start_worker(sv, &sv->workers[i]);
     write_state(sv);
     for (size_t i = 0; i < sv->n_workers; i++)

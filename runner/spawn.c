@@ -359,11 +359,11 @@ xmp_spawn(const struct xmp_spawn_args *a, struct xmp_spawned *out, struct xmp_er
     if (stack == MAP_FAILED)
         return xmp_error_set(err, errno, "mmap the child's stack");
 
-        /* The child shares this process's memory and runs until it execs or exits while this one
-         * waits: no copy of xmprun's page tables to make and tear down again at exec, and the
-         * child's failure is known when clone returns. clone3 puts it into its cgroup2 directory
-         * before it runs (CLONE_INTO_CGROUP) and gives a pidfd atomically. */
 #if defined(__x86_64__)
+    /* The child shares this process's memory and runs until it execs or exits while this one
+     * waits: no copy of xmprun's page tables to make and tear down again at exec, and the
+     * child's failure is known when clone returns. clone3 puts it into its cgroup2 directory
+     * before it runs (CLONE_INTO_CGROUP) and gives a pidfd atomically. */
     struct clone_args ca = {
         .flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | (cgfd >= 0 ? CLONE_INTO_CGROUP : 0),
         .pidfd = (uint64_t)(uintptr_t)&pidfd,

@@ -25,9 +25,8 @@ struct xmp_spawn_args {
     int stdout_fd;                     /* write ends; -1 inherits xmprun's */
     int stderr_fd;
     const struct xmp_cgroup *cg; /* NULL: no cgroup */
-    enum xmp_cgroup_mode mode;
-    const sigset_t *sigmask; /* the mask xmprun started with, restored in the child; NULL (a
-                              * forked worker): signals are left as the zygote had them */
+    const sigset_t *sigmask;     /* the mask xmprun started with, restored in the child; NULL (a
+                                  * forked worker): signals are left as the zygote had them */
     const struct rlimit *inherited_nofile; /* NULL: keep xmprun's RLIMIT_NOFILE */
     const int *keep_fds;                   /* passed on to the worker (the zygote's socket) */
     size_t n_keep_fds;

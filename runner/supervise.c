@@ -544,8 +544,6 @@ cleanup(struct xmp_supervisor *sv)
         close(sv->zy.sock);
     if (sv->zy.pidfd >= 0)
         close(sv->zy.pidfd);
-    if (sv->zy.spawned.status_fd >= 0)
-        close(sv->zy.spawned.status_fd);
     free(sv->zy.path);
     xmp_strv_free(sv->zy.environ);
     for (size_t i = 0; i < sv->n_workers; i++) {

@@ -169,7 +169,6 @@ xmp_zygote_start(struct xmp_supervisor *sv, struct xmp_error *err)
         .stdout_fd = -1,
         .stderr_fd = -1,
         .cg = zy->cg,
-        .mode = sv->mode,
         .sigmask = &sv->old_mask,
         .inherited_nofile = sv->have_inherited_nofile ? &sv->inherited_nofile : NULL,
         .keep_fds = keep,
@@ -199,11 +198,6 @@ xmp_zygote_start(struct xmp_supervisor *sv, struct xmp_error *err)
     zy->pid = zy->rep.pid = sp.pid;
     zy->pidfd = sp.pidfd;
     zy->running = true;
-    if (xmp_spawn_start(&zy->spawned, zy->cg, sv->mode, err) < 0) {
-        zy->rep.state = XMP_WORKER_FAILED_TO_START;
-        snprintf(zy->rep.start_error, sizeof(zy->rep.start_error), "%s", err->msg);
-        xmp_error_clear(err);
-    }
     struct epoll_event pev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_ZYGOTE << 32};
     struct epoll_event sev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_ZSOCK << 32};
     if (zy->pidfd >= 0)
@@ -417,7 +411,6 @@ xmp_zygote_finish(struct xmp_supervisor *sv, const siginfo_t *si)
         rep->signal = si->si_status;
         rep->exit_code = -1;
     }
-    xmp_spawn_read_status(&zy->spawned, true);
     if (zy->cg != NULL && xmp_cgroup_read_stats(zy->cg, &st, &err) == 0) {
         rep->memory_peak = st.memory_peak;
         rep->oom_kills = st.oom_kills;

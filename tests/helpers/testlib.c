@@ -147,9 +147,9 @@ xt_result_free(struct xt_result *r)
     r->out = r->err = NULL;
 }
 
-/* Where the tests' directories go: /tmp, or XMPRUN_TEST_TMPDIR (the mutation check points it
- * into its own work directory, so that what a test killed by a planted bug could not remove goes
- * with that directory). */
+/* Where the tests' directories go: /tmp, or XMPRUN_TEST_TMPDIR (the mutation check gives each
+ * run one of its own, removed at its end, so that what a test killed by a planted bug could not
+ * remove goes with it). */
 static const char *
 tmp_base(void)
 {

@@ -49,11 +49,10 @@ spawn_argv(char *const *argv, char *const *envp, int out_fd, const cpu_set_t *cp
         .stdout_fd = out_fd,
         .stderr_fd = -1,
         .cg = NULL,
-        .mode = XMP_CGROUP_MODE_NONE,
         .sigmask = &mask,
     };
     cr_assert_eq(xmp_spawn(&a, sp, &err), 0, "%s", err.msg);
-    cr_assert_eq(xmp_spawn_start(sp, a.cg, a.mode, &err), 0, "%s", err.msg);
+    cr_assert_eq(xmp_spawn_start(sp, a.cg, XMP_CGROUP_MODE_NONE, &err), 0, "%s", err.msg);
     cr_assert_eq(xmp_spawn_read_status(sp, true), 0);
     free(path);
 }
