@@ -230,8 +230,8 @@ export_bpf(scmp_filter_ctx ctx, struct xmp_scmp_filter *out, struct xmp_error *e
 }
 
 int
-xmp_seccomp_build_builtin(enum xmp_scmp_builtin which, struct xmp_scmp_filter *out,
-                          struct xmp_error *err)
+xmp_seccomp_compile_builtin(enum xmp_scmp_builtin which, struct xmp_scmp_filter *out,
+                            struct xmp_error *err)
 {
     bool strict = which == XMP_SCMP_STRICT;
     uint32_t deny = strict ? SCMP_ACT_KILL_PROCESS : SCMP_ACT_ERRNO(EPERM);

@@ -41,8 +41,20 @@ struct xmp_scmp_filter {
     unsigned short len;
 };
 
+/* A built-in profile, compiled when xmprun was built (isolate/tools/seccomp_gen.c): a copy of
+ * what xmp_seccomp_compile_builtin gives, without the millisecond it takes. */
 int xmp_seccomp_build_builtin(enum xmp_scmp_builtin which, struct xmp_scmp_filter *out,
                               struct xmp_error *err);
+/* Compiles a built-in profile with libseccomp (for the build, and for tests that compare). */
+int xmp_seccomp_compile_builtin(enum xmp_scmp_builtin which, struct xmp_scmp_filter *out,
+                                struct xmp_error *err);
+/* The built-in profiles as the build compiled them, by enum xmp_scmp_builtin (generated). */
+struct sock_filter;
+struct xmp_scmp_prog {
+    const struct sock_filter *insns;
+    unsigned short len;
+};
+extern const struct xmp_scmp_prog xmp_seccomp_builtins[2];
 int xmp_seccomp_build_profile(const struct xmp_scmp_profile *p, struct xmp_scmp_filter *out,
                               struct xmp_error *err);
 void xmp_seccomp_filter_free(struct xmp_scmp_filter *f);

@@ -212,6 +212,25 @@ Test(filter, strict_kills_with_sigsys, .timeout = 10)
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork under strict: %#x", st);
 }
 
+/* The built-in programs xmprun loads are the ones libseccomp compiles from isolate/seccomp.c
+ * now, each in its own place: not another profile's, not an older build's. */
+Test(filter, built_in_programs_are_what_libseccomp_compiles)
+{
+    for (int which = XMP_SCMP_DEFAULT; which <= XMP_SCMP_STRICT; which++) {
+        struct xmp_scmp_filter built, compiled;
+        struct xmp_error err = {0};
+        cr_assert_eq(xmp_seccomp_build_builtin(which, &built, &err), 0, "%s", err.msg);
+        cr_assert_eq(xmp_seccomp_compile_builtin(which, &compiled, &err), 0, "%s", err.msg);
+        cr_expect_eq(built.len, compiled.len, "profile %d: %u instructions built in, %u compiled",
+                     which, built.len, compiled.len);
+        cr_expect(built.len == compiled.len &&
+                      memcmp(built.insns, compiled.insns, built.len * 8u) == 0,
+                  "profile %d: the built-in program differs from the compiled one", which);
+        xmp_seccomp_filter_free(&built);
+        xmp_seccomp_filter_free(&compiled);
+    }
+}
+
 Test(filter, names_of_numbers)
 {
     char buf[64];
