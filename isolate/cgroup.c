@@ -263,14 +263,27 @@ new_cgroup(struct xmp_cg_layout *layout, struct xmp_cgroup *parent, const char *
     cg->mem_limit = cg->memsw_limit = -1;
     if (snprintf(cg->rel, sizeof(cg->rel), "%s", rel) >= (int)sizeof(cg->rel))
         goto too_long;
+    /* Each hierarchy's directory and cgroup.procs, one after the other in cg->paths. */
+    size_t size = 0, len[XMP_CG_MAX_HIER];
     for (size_t i = 0; i < layout->n; i++) {
         char base[XMP_CG_PATH];
         own_dir(&layout->h[i], base, sizeof(base));
-        if (snprintf(cg->dir[i], sizeof(cg->dir[i]), "%s/%s", base, rel) >=
-                (int)sizeof(cg->dir[i]) ||
-            snprintf(cg->procs[i], sizeof(cg->procs[i]), "%s/cgroup.procs", cg->dir[i]) >=
-                (int)sizeof(cg->procs[i]))
+        len[i] = strlen(base) + 1 + strlen(rel);
+        if (len[i] + sizeof("/cgroup.procs") > XMP_CG_PATH)
             goto too_long;
+        size += 2 * len[i] + sizeof("/cgroup.procs") + 1;
+    }
+    if ((cg->paths = malloc(size > 0 ? size : 1)) == NULL) {
+        free(cg);
+        return xmp_error_set(err, ENOMEM, "cgroup %s", rel);
+    }
+    for (size_t i = 0, o = 0; i < layout->n; i++) {
+        char base[XMP_CG_PATH];
+        own_dir(&layout->h[i], base, sizeof(base));
+        cg->dir[i] = cg->paths + o;
+        o += (size_t)sprintf(cg->dir[i], "%s/%s", base, rel) + 1;
+        cg->procs[i] = cg->paths + o;
+        o += (size_t)sprintf(cg->procs[i], "%s/cgroup.procs", cg->dir[i]) + 1;
     }
     const struct xmp_cg_hier *ph = &layout->h[layout->unified >= 0 ? (size_t)layout->unified : 0];
     snprintf(cg->path, sizeof(cg->path), "%s%s%s", ph->own, strcmp(ph->own, "/") ? "/" : "", rel);
@@ -304,6 +317,7 @@ free_cgroup(struct xmp_cgroup *cg)
         free(cg->layout);
     }
     free(cg->children);
+    free(cg->paths);
     free(cg);
 }
 

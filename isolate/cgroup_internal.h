@@ -109,9 +109,12 @@ struct xmp_cgroup {
     int64_t memsw_limit;
     char rel[XMP_CG_PATH];  /* below xmprun's own cgroup: "xmprun-a-1" or ".../worker-0" */
     char path[XMP_CG_PATH]; /* for the report: relative to the (unified) hierarchy root */
-    /* Precomputed per hierarchy, so that attach needs no allocation in a forked child. */
-    char dir[XMP_CG_MAX_HIER][XMP_CG_PATH];
-    char procs[XMP_CG_MAX_HIER][XMP_CG_PATH];
+    /* Precomputed per hierarchy, so that attach needs no allocation in a forked child; the
+     * strings sit in one allocation of their own size (`paths`), not in 16 fixed buffers of
+     * XMP_CG_PATH each: 18 KiB per worker, most of the launcher's heap. */
+    char *dir[XMP_CG_MAX_HIER];
+    char *procs[XMP_CG_MAX_HIER];
+    char *paths;
 };
 
 struct xmp_cg_ops {
