@@ -236,7 +236,7 @@ struct gc_ctx {
     size_t n_files;
     char **cleaned; /* the jobs something was really killed or removed for */
     size_t n_cleaned;
-    bool pids_visible;    /* every owner pid in the cgroup names can be checked from here */
+    int pids_visible;     /* every owner pid can be checked from here: 1, 0, -1 not looked yet */
     size_t n_recounted;   /* names the cgroup scan takes that were counted already */
     struct xmp_error err; /* the first job that could not be cleaned */
     bool failed;
@@ -270,6 +270,15 @@ owner_from_name(const char *name)
     return pid > 0 && pid < (1L << 22) ? (pid_t)pid : -1;
 }
 
+/* Looked at only when there is something to judge: most starts find no other job at all. */
+static bool
+pids_visible(struct gc_ctx *ctx)
+{
+    if (ctx->pids_visible < 0)
+        ctx->pids_visible = !foreign_processes_nearby();
+    return ctx->pids_visible;
+}
+
 static bool
 is_orphan(const char *name, void *data)
 {
@@ -280,7 +289,7 @@ is_orphan(const char *name, void *data)
         return false;
     /* Without a state file only the owner pid in the name is left to judge by, and from inside
      * a pid namespace the owners outside it look dead: never collect on that basis there. */
-    if (!ctx->pids_visible && !in_list(ctx->dead, ctx->n_dead, name))
+    if (!in_list(ctx->dead, ctx->n_dead, name) && !pids_visible(ctx))
         return false;
     /* The leaf a cgroup v2 xmprun moved itself into: collectable once that xmprun is gone. */
     if (xmp_cgroup_self_leaf_pid(name, &owner))
@@ -354,7 +363,7 @@ scan_state_file(const char *dir, const char *file, struct gc_ctx *ctx)
         return;
     }
     /* Where other namespaces' pids are invisible, a missing owner proves nothing. */
-    if ((pid > 0 && process_matches((pid_t)pid, (unsigned long long)start)) || !ctx->pids_visible) {
+    if ((pid > 0 && process_matches((pid_t)pid, (unsigned long long)start)) || !pids_visible(ctx)) {
         push(&ctx->live, &ctx->n_live, cg);
         json_decref(doc);
         return;
@@ -425,7 +434,7 @@ xmp_state_gc(const char *dir, struct xmp_error *err)
      * cgroups cannot be removed: say so, and keep the state files for a gc that can. */
     if (xmp_cgroup_detect(&mode, err) < 0)
         return xmp_error_wrap(err, "cannot see the cgroup filesystems, so nothing was cleaned up");
-    ctx.pids_visible = !foreign_processes_nearby();
+    ctx.pids_visible = -1;
     /* State files are trusted only in a directory that is safely this user's. */
     if (prepare_dir(dir, false, &e) == 0)
         d = opendir(dir);
