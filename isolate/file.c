@@ -190,7 +190,7 @@ xmp_file_write_atomic(const char *path, const char *text, bool durable, struct x
 }
 
 int
-xmp_file_open_below(const char *path, int flags, mode_t mode, struct xmp_error *err)
+xmp_file_open_below(int dir, const char *path, int flags, mode_t mode, struct xmp_error *err)
 {
     cleanup_free char *base_copy = NULL;
     cleanup_close int dfd = -1;
@@ -198,11 +198,13 @@ xmp_file_open_below(const char *path, int flags, mode_t mode, struct xmp_error *
     const char *base;
     struct stat st;
 
-    dfd = open_parent(path, &base_copy, &base, err);
-    if (dfd < 0)
+    if (dir < 0 && (dfd = open_parent(path, &base_copy, &base, err)) < 0)
         return -1;
+    if (dir >= 0)
+        base = strrchr(path, '/') != NULL ? strrchr(path, '/') + 1 : path;
     /* O_NONBLOCK: opening a FIFO must not wait for its other end. */
-    fd = openat(dfd, base, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, mode);
+    fd = openat(dir >= 0 ? dir : dfd, base, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY,
+                mode);
     if (fd < 0 && errno == ELOOP)
         return xmp_error_set(err, 0, "`%s` is a symbolic link; xmprun does not follow it", path);
     if (fd < 0)
@@ -217,8 +219,8 @@ xmp_file_open_below(const char *path, int flags, mode_t mode, struct xmp_error *
 }
 
 int
-xmp_file_read_bounded(const char *path, size_t max, char **text, size_t *len, int64_t *size,
-                      struct xmp_error *err)
+xmp_file_read_bounded(int dir, const char *path, size_t max, char **text, size_t *len,
+                      int64_t *size, struct xmp_error *err)
 {
     cleanup_close int fd = -1;
     cleanup_free char *buf = malloc(max + 1);
@@ -230,7 +232,7 @@ xmp_file_read_bounded(const char *path, size_t max, char **text, size_t *len, in
     *size = 0;
     if (buf == NULL)
         return xmp_error_set(err, ENOMEM, "read `%s`", path);
-    fd = xmp_file_open_below(path, O_RDONLY, 0, err);
+    fd = xmp_file_open_below(dir, path, O_RDONLY, 0, err);
     if (fd < 0)
         return -1;
     while (got < max) {

@@ -24,14 +24,15 @@ int xmp_file_write_atomic(const char *path, const char *text, bool durable, stru
 
 /* Opens path (O_WRONLY/O_RDONLY plus O_CREAT, O_TRUNC, O_APPEND as given) with openat() on its
  * directory and O_NOFOLLOW | O_CLOEXEC, without blocking on a FIFO; refuses anything but a
- * regular file. Returns the fd, or -1. */
-int xmp_file_open_below(const char *path, int flags, mode_t mode, struct xmp_error *err);
+ * regular file. dir is that directory already open, or -1 to open it (following links on the
+ * way, which are the user's choice). Returns the fd, or -1. */
+int xmp_file_open_below(int dir, const char *path, int flags, mode_t mode, struct xmp_error *err);
 
-/* Reads at most max bytes of the regular file at path (opened as xmp_file_open_below does) into
- * a NUL-terminated *text (free it). *size is the file's size: more than *len means it was cut.
- * Fails with errnum ENOENT when there is no file. */
-int xmp_file_read_bounded(const char *path, size_t max, char **text, size_t *len, int64_t *size,
-                          struct xmp_error *err);
+/* Reads at most max bytes of the regular file at path (opened as xmp_file_open_below does, dir
+ * likewise) into a NUL-terminated *text (free it). *size is the file's size: more than *len
+ * means it was cut. Fails with errnum ENOENT when there is no file. */
+int xmp_file_read_bounded(int dir, const char *path, size_t max, char **text, size_t *len,
+                          int64_t *size, struct xmp_error *err);
 
 /* Raises the soft RLIMIT_NOFILE to the hard one (a job of many workers holds several descriptors
  * each) and stores the limit xmprun inherited in *inherited, for the workers to get back. */

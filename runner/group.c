@@ -439,7 +439,7 @@ await_outside_signal(struct xmp_supervisor *sv)
  * following a link (to a file only xmprun could read), without blocking on a FIFO, and only up
  * to a bound. What is not whole JSON is kept as text, with a note that says why. */
 static void
-read_error_file(struct xmp_worker_report *rep, const char *path)
+read_error_file(struct xmp_worker_report *rep, int run_dir, const char *path)
 {
     cleanup_free char *text = NULL;
     struct xmp_error err = {0};
@@ -450,7 +450,7 @@ read_error_file(struct xmp_worker_report *rep, const char *path)
 
     if (path == NULL)
         return;
-    if (xmp_file_read_bounded(path, ERROR_FILE_MAX, &text, &len, &size, &err) < 0) {
+    if (xmp_file_read_bounded(run_dir, path, ERROR_FILE_MAX, &text, &len, &size, &err) < 0) {
         if (err.errnum != ENOENT)
             snprintf(rep->error_file_note, sizeof(rep->error_file_note), "not read: %s", err.msg);
         return;
@@ -542,7 +542,7 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
         rep->seccomp_profile = sv->iso.kill_label;
         xmp_seccomp_killed_by(rep->pid, rep->seccomp_syscall, sizeof(rep->seccomp_syscall));
     }
-    read_error_file(rep, w->pw->error_file);
+    read_error_file(rep, sv->run_fd, w->pw->error_file);
 
     ep_del(sv, w->pidfd);
     if (w->pidfd >= 0)
@@ -755,8 +755,8 @@ open_log(const char *path, bool truncate, int *fd, struct xmp_error *err)
     *fd = -1;
     if (path == NULL)
         return 0;
-    *fd =
-        xmp_file_open_below(path, O_WRONLY | O_CREAT | (truncate ? O_TRUNC : O_APPEND), 0644, err);
+    *fd = xmp_file_open_below(-1, path, O_WRONLY | O_CREAT | (truncate ? O_TRUNC : O_APPEND), 0644,
+                              err);
     return *fd < 0 ? xmp_error_wrap(err, "logs.dir") : 0;
 }
 
@@ -802,8 +802,8 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
 
     /* A stale error file from an earlier run must not be reported as this run's. (The first
      * run's directory was just made, empty.) */
-    if (pw->error_file != NULL && sv->restart > 0)
-        unlink(pw->error_file);
+    if (pw->error_file != NULL && sv->restart > 0 && sv->run_fd >= 0)
+        unlinkat(sv->run_fd, strrchr(pw->error_file, '/') + 1, 0);
     getrusage(RUSAGE_CHILDREN, &w->ru_base);
     w->oom_base = 0;
     /* The cgroup is new on the first run; a restart reuses it, so its OOM count so far is not

@@ -90,7 +90,7 @@ struct xmp_supervisor {
     char state_dir_buf[512]; /* where state_dir points when it is not from the environment */
     bool state_written;
     bool state_warned; /* the state file could not be written, and the user was told */
-    bool made_run_dir;
+    int run_fd; /* the job's scratch directory (plan.run_dir), made and opened by xmprun; -1 */
     int epfd;
     int sigfd;
     int timerfd;

@@ -12,6 +12,7 @@
 #include "runner/spawn.h"
 #include "runner/state.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -293,13 +294,20 @@ setup_workers(struct xmp_supervisor *sv, struct xmp_error *err)
     }
     /* The scratch directory for the workers' TORCHELASTIC_ERROR_FILEs, private to the job. It
      * must be new: in a shared /tmp an existing one could belong to someone else. */
+    /* xmprun works on it through a descriptor from here on: a worker that runs as
+     * isolation.user owns it and could put another directory or a link at its name. */
     if (sv->plan.run_dir != NULL) {
         if (mkdir(sv->plan.run_dir, 0700) < 0)
             return xmp_error_set(err, errno, "mkdir `%s`", sv->plan.run_dir);
-        sv->made_run_dir = true;
+        sv->run_fd = open(sv->plan.run_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sv->run_fd < 0) {
+            xmp_error_set(err, errno, "open `%s`", sv->plan.run_dir);
+            rmdir(sv->plan.run_dir);
+            return -1;
+        }
         /* Workers running as isolation.user write their error files there. */
         if (sv->iso.confine.change_user &&
-            chown(sv->plan.run_dir, sv->iso.confine.uid, sv->iso.confine.gid) < 0)
+            fchown(sv->run_fd, sv->iso.confine.uid, sv->iso.confine.gid) < 0)
             return xmp_error_set(err, errno, "chown `%s`", sv->plan.run_dir);
     }
     if (sv->spec->log_dir != NULL && mkdir(sv->spec->log_dir, 0755) < 0 && errno != EEXIST)
@@ -315,17 +323,18 @@ setup_workers(struct xmp_supervisor *sv, struct xmp_error *err)
     /* The job-wide serial lock (MpSerialExecutor, xmprun_serial_lock): a file the workers
      * flock, which the kernel releases when its holder dies. Readable by a worker that runs as
      * another user. */
-    if (sv->made_run_dir) {
+    if (sv->run_fd >= 0) {
         cleanup_close int fd = -1;
         if (asprintf(&sv->serial_lock, "%s/serial.lock", sv->plan.run_dir) < 0) {
             sv->serial_lock = NULL;
             return xmp_error_set(err, ENOMEM, "serial lock");
         }
-        fd = open(sv->serial_lock, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+        fd = openat(sv->run_fd, "serial.lock", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                    0666);
         if (fd < 0)
             return xmp_error_set(err, errno, "create `%s`", sv->serial_lock);
         fchmod(fd, 0666);
-        chmod(sv->plan.run_dir, 0711);
+        fchmod(sv->run_fd, 0711);
     }
     xmp_zygote_find_client(sv);
     return 0;
@@ -475,23 +484,29 @@ report_path(struct xmp_supervisor *sv, char *buf, size_t size)
     return buf;
 }
 
+/* Everything in the scratch directory goes with it (the error files, the serial lock, what a
+ * worker left there), by one readdir of its descriptor rather than an unlink per worker's
+ * possible error file; entries are removed where they are, never through a link. */
 static void
 remove_run_dir(struct xmp_supervisor *sv)
 {
-    size_t len;
+    int fd = sv->run_fd >= 0 ? dup(sv->run_fd) : -1;
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *de;
 
-    if (!sv->made_run_dir)
+    if (sv->run_fd < 0)
         return;
-    len = strlen(sv->plan.run_dir);
-    if (sv->serial_lock != NULL)
-        unlink(sv->serial_lock);
-    for (size_t i = 0; i < sv->plan.n_workers; i++) {
-        const char *f = sv->plan.workers[i].error_file;
-        if (f != NULL && strncmp(f, sv->plan.run_dir, len) == 0 && f[len] == '/')
-            unlink(f);
-    }
+    if (d == NULL && fd >= 0)
+        close(fd);
+    while (d != NULL && (de = readdir(d)) != NULL)
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0 &&
+            unlinkat(sv->run_fd, de->d_name, 0) < 0 && errno == EISDIR)
+            unlinkat(sv->run_fd, de->d_name, AT_REMOVEDIR);
+    if (d != NULL)
+        closedir(d);
+    close(sv->run_fd);
+    sv->run_fd = -1;
     rmdir(sv->plan.run_dir);
-    sv->made_run_dir = false;
 }
 
 /* Says what the consoles could not show, then writes what they still hold and the summary, all
@@ -579,6 +594,7 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
         .spec = spec,
         .opts = opts,
         .epfd = -1,
+        .run_fd = -1,
         .sigfd = -1,
         .timerfd = -1,
         .stdin_fd = -1,

@@ -299,7 +299,7 @@ e2e_owner(const struct e2e *e)
 }
 
 /* The checks every test ends with: the report's workers are gone, no cgroup of the job is
- * left, and the state file was removed. */
+ * left, and the state file and the job's scratch directory (TMPDIR or /tmp) were removed. */
 static inline void
 e2e_assert_clean(const struct e2e *e)
 {
@@ -329,6 +329,13 @@ e2e_assert_clean(const struct e2e *e)
     if (d != NULL)
         closedir(d);
     free(state);
+    json_t *job = json_object_get(e->rep, "job");
+    const char *tmp = getenv("TMPDIR") != NULL && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+    char run_dir[4096];
+    snprintf(run_dir, sizeof(run_dir), "%s/xmprun-%s-%s", tmp, e2e_str(job, "name"),
+             e2e_str(job, "id"));
+    cr_assert(access(run_dir, F_OK) != 0, "the job's scratch directory %s was left behind",
+              run_dir);
 }
 
 static inline void

@@ -326,6 +326,24 @@ Test(files, error_file_is_read_up_to_a_bound, .timeout = 300)
     e2e_fini(&e);
 }
 
+/* What a worker leaves in the job's scratch directory (beside its error file) goes with it. */
+Test(files, scratch_directory_is_removed_with_what_workers_left, .timeout = 120)
+{
+    struct e2e e;
+
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: scratch\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'd=$(dirname \"$TORCHELASTIC_ERROR_FILE\"); echo x > \"$d/left-$RANK\";"
+                 " mkdir \"$d/sub-$RANK\"; echo {} > \"$TORCHELASTIC_ERROR_FILE\"'\n");
+    cr_assert_eq(e2e_run(&e, 60, NULL), 0, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
 Test(files, overflowing_durations_are_refused, .timeout = 120)
 {
     struct e2e e;

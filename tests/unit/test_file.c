@@ -107,16 +107,16 @@ Test(file, open_below_refuses_links_and_fifos, .timeout = 10)
 
     free(xt_write_file(dir, "victim", "precious\n"));
     cr_assert_eq(symlink(victim, link), 0);
-    cr_assert_eq(xmp_file_open_below(link, O_WRONLY | O_APPEND, 0644, &err), -1);
+    cr_assert_eq(xmp_file_open_below(-1, link, O_WRONLY | O_APPEND, 0644, &err), -1);
     cr_assert_not_null(strstr(err.msg, "is a symbolic link; xmprun does not follow it"), "%s",
                        err.msg);
     /* A FIFO with no reader: without O_NONBLOCK the open would wait for good. */
     cr_assert_eq(mkfifo(fifo, 0600), 0);
-    cr_assert_eq(xmp_file_open_below(fifo, O_RDONLY, 0, &err), -1);
+    cr_assert_eq(xmp_file_open_below(-1, fifo, O_RDONLY, 0, &err), -1);
     cr_assert_not_null(strstr(err.msg, "is a FIFO, not a regular file"), "%s", err.msg);
-    cr_assert_eq(xmp_file_open_below(fifo, O_WRONLY, 0, &err), -1);
+    cr_assert_eq(xmp_file_open_below(-1, fifo, O_WRONLY, 0, &err), -1);
 
-    fd = xmp_file_open_below(victim, O_WRONLY | O_APPEND, 0644, &err);
+    fd = xmp_file_open_below(-1, victim, O_WRONLY | O_APPEND, 0644, &err);
     cr_assert_geq(fd, 0, "%s", err.msg);
     cr_assert_eq(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
     cr_assert_neq(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);
@@ -133,19 +133,19 @@ Test(file, read_bounded)
     int64_t size;
 
     free(xt_write_file(dir, "e.json", "0123456789"));
-    cr_assert_eq(xmp_file_read_bounded(path, 4, &text, &len, &size, &err), 0, "%s", err.msg);
+    cr_assert_eq(xmp_file_read_bounded(-1, path, 4, &text, &len, &size, &err), 0, "%s", err.msg);
     cr_assert_str_eq(text, "0123");
     cr_assert_eq(len, 4);
     cr_assert_eq(size, 10);
     free(text);
-    cr_assert_eq(xmp_file_read_bounded(path, 64, &text, &len, &size, &err), 0, "%s", err.msg);
+    cr_assert_eq(xmp_file_read_bounded(-1, path, 64, &text, &len, &size, &err), 0, "%s", err.msg);
     cr_assert_str_eq(text, "0123456789");
     cr_assert_eq(len, 10);
     cr_assert_eq(size, 10);
     free(text);
     free(path);
     path = join(dir, "missing");
-    cr_assert_eq(xmp_file_read_bounded(path, 64, &text, &len, &size, &err), -1);
+    cr_assert_eq(xmp_file_read_bounded(-1, path, 64, &text, &len, &size, &err), -1);
     cr_assert_eq(err.errnum, ENOENT);
     cr_assert_null(text);
     xt_tmpdir_remove(dir);
