@@ -255,6 +255,25 @@ xmp_file_read_bounded(int dir, const char *path, size_t max, char **text, size_t
     return 0;
 }
 
+void
+xmp_file_clear_dir(int dir)
+{
+    int fd = dup(dir);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *de;
+
+    if (d == NULL) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    while ((de = readdir(d)) != NULL)
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0 &&
+            unlinkat(dir, de->d_name, 0) < 0 && errno == EISDIR)
+            unlinkat(dir, de->d_name, AT_REMOVEDIR);
+    closedir(d);
+}
+
 int
 xmp_file_raise_nofile(struct rlimit *inherited, struct xmp_error *err)
 {

@@ -34,6 +34,10 @@ int xmp_file_open_below(int dir, const char *path, int flags, mode_t mode, struc
 int xmp_file_read_bounded(int dir, const char *path, size_t max, char **text, size_t *len,
                           int64_t *size, struct xmp_error *err);
 
+/* Removes everything in the open directory dir: files and links (never followed) with unlinkat,
+ * and subdirectories that are empty. The directory itself stays, for the caller to rmdir. */
+void xmp_file_clear_dir(int dir);
+
 /* Raises the soft RLIMIT_NOFILE to the hard one (a job of many workers holds several descriptors
  * each) and stores the limit xmprun inherited in *inherited, for the workers to get back. */
 int xmp_file_raise_nofile(struct rlimit *inherited, struct xmp_error *err);

@@ -319,23 +319,21 @@ push(char ***list, size_t *n, const char *name)
         (*n)++;
 }
 
-/* Removes a dead job's scratch directory, the error files and the serial lock in it (nothing
- * else is put there, and only a path that looks like one xmprun made is touched). */
+/* Removes a dead job's scratch directory and what is in it, as the job's own end would have
+ * (only a path that looks like one xmprun made is touched, and never through a link there). */
 static bool
 remove_run_dir(const char *run_dir)
 {
-    DIR *d;
-    struct dirent *de;
     const char *base = run_dir != NULL ? strrchr(run_dir, '/') : NULL;
+    int fd;
 
     if (base == NULL || strncmp(base + 1, "xmprun-", 7) != 0)
         return false;
-    d = opendir(run_dir);
-    while (d != NULL && (de = readdir(d)) != NULL)
-        if (strncmp(de->d_name, "error-", 6) == 0 || strcmp(de->d_name, "serial.lock") == 0)
-            unlinkat(dirfd(d), de->d_name, 0);
-    if (d != NULL)
-        closedir(d);
+    fd = open(run_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        xmp_file_clear_dir(fd);
+        close(fd);
+    }
     return rmdir(run_dir) == 0;
 }
 

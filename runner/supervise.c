@@ -12,7 +12,6 @@
 #include "runner/spawn.h"
 #include "runner/state.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -293,9 +292,9 @@ setup_workers(struct xmp_supervisor *sv, struct xmp_error *err)
             w->has_cpus = true;
     }
     /* The scratch directory for the workers' TORCHELASTIC_ERROR_FILEs, private to the job. It
-     * must be new: in a shared /tmp an existing one could belong to someone else. */
-    /* xmprun works on it through a descriptor from here on: a worker that runs as
-     * isolation.user owns it and could put another directory or a link at its name. */
+     * must be new: in a shared /tmp an existing one could belong to someone else. xmprun works
+     * on it through a descriptor from here on: a worker that runs as isolation.user owns it and
+     * could put another directory or a link at its name. */
     if (sv->plan.run_dir != NULL) {
         if (mkdir(sv->plan.run_dir, 0700) < 0)
             return xmp_error_set(err, errno, "mkdir `%s`", sv->plan.run_dir);
@@ -485,25 +484,13 @@ report_path(struct xmp_supervisor *sv, char *buf, size_t size)
 }
 
 /* Everything in the scratch directory goes with it (the error files, the serial lock, what a
- * worker left there), by one readdir of its descriptor rather than an unlink per worker's
- * possible error file; entries are removed where they are, never through a link. */
+ * worker left there), through its descriptor: never through a link at its name. */
 static void
 remove_run_dir(struct xmp_supervisor *sv)
 {
-    int fd = sv->run_fd >= 0 ? dup(sv->run_fd) : -1;
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    struct dirent *de;
-
     if (sv->run_fd < 0)
         return;
-    if (d == NULL && fd >= 0)
-        close(fd);
-    while (d != NULL && (de = readdir(d)) != NULL)
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0 &&
-            unlinkat(sv->run_fd, de->d_name, 0) < 0 && errno == EISDIR)
-            unlinkat(sv->run_fd, de->d_name, AT_REMOVEDIR);
-    if (d != NULL)
-        closedir(d);
+    xmp_file_clear_dir(sv->run_fd);
     close(sv->run_fd);
     sv->run_fd = -1;
     rmdir(sv->plan.run_dir);
