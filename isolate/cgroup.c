@@ -9,15 +9,18 @@
 #include "isolate/cleanup.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libcgroup.h>
+#include <link.h>
 #include <linux/magic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <time.h>
@@ -203,6 +206,89 @@ load_layout(enum xmp_cgroup_mode mode, struct xmp_cg_layout *l, struct xmp_error
     return 0;
 }
 
+static bool
+page_is_zero(const void *page, size_t size)
+{
+    const uint64_t *w = page;
+    uint64_t any = 0;
+
+    for (size_t i = 0; i < size / sizeof(*w); i++)
+        any |= w[i];
+    return any == 0;
+}
+
+void
+xmp_cg_release_zero_pages(void *addr, size_t len)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t from = ((uintptr_t)addr + page - 1) & ~(page - 1);
+    uintptr_t to = ((uintptr_t)addr + len) & ~(page - 1);
+    unsigned char resident[64];
+
+    for (uintptr_t chunk = from; chunk < to; chunk += sizeof(resident) * page) {
+        size_t n = (to - chunk) / page;
+        uintptr_t run = 0; /* the first page of a run of zero pages */
+
+        if (n > sizeof(resident))
+            n = sizeof(resident);
+        if (mincore((void *)chunk, n * page, resident) < 0)
+            return;
+        for (size_t i = 0; i <= n; i++) {
+            uintptr_t p = chunk + i * page;
+            bool zero = i < n && (resident[i] & 1) && page_is_zero((const void *)p, page);
+            if (zero && run == 0)
+                run = p;
+            else if (!zero && run != 0) {
+                madvise((void *)run, p - run, MADV_DONTNEED);
+                run = 0;
+            }
+        }
+    }
+}
+
+/* Where the loader's anonymous zeroes begin in the segment that holds range[0] (in): past its
+ * file-backed part (range[1], out). */
+static int
+anon_start(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    uintptr_t *range = arg;
+
+    (void)size;
+    for (ElfW(Half) i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t seg = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && range[0] >= seg && range[0] < seg + ph->p_memsz) {
+            range[1] = seg + ph->p_filesz;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* cgroup_init zeroes libcgroup's mount table (cg_mount_table: 100 controllers with their mount
+ * paths, 800 KiB of .bss) whole, at every call, and so keeps all of it resident for the life of
+ * the process although only its first entries are ever filled: 0.85 MiB, most of an idle
+ * launcher's private memory. Its zero pages are given back. The table is looked up rather than
+ * referenced, which would copy it into xmprun at load (a copy relocation). */
+static void
+release_mount_table(void)
+{
+    void *table = dlsym(RTLD_DEFAULT, "cg_mount_table");
+    const ElfW(Sym) *sym = NULL;
+    Dl_info info;
+
+    if (table == NULL || dladdr1(table, &info, (void **)&sym, RTLD_DL_SYMENT) == 0 || sym == NULL ||
+        info.dli_saddr != table)
+        return;
+    uintptr_t range[2] = {(uintptr_t)table, 0};
+    if (dl_iterate_phdr(anon_start, range) == 0)
+        return;
+    uintptr_t from = range[1] > range[0] ? range[1] : range[0];
+    uintptr_t end = range[0] + sym->st_size;
+    if (end > from)
+        xmp_cg_release_zero_pages((void *)from, end - from);
+}
+
 /* libcgroup 2.0.2 reads /proc/mounts once (cgroup_init) and takes the first mount of each
  * controller. In a private mount namespace that lists cgroup mounts hidden under later ones
  * (a tmpfs over /sys/fs/cgroup, then fresh mounts) its scan fails (a hidden cgroup2 mount point
@@ -366,6 +452,7 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
     if (strchr(name, '/') != NULL || name[0] == '.' || name[0] == '\0')
         return xmp_error_set(err, EINVAL, "cgroup: bad job cgroup name \"%s\"", name);
     ret = cgroup_init();
+    release_mount_table();
     layout = calloc(1, sizeof(*layout));
     if (layout == NULL)
         return xmp_error_set(err, ENOMEM, "cgroup layout");

@@ -136,6 +136,12 @@ void xmp_cg_oom_watch(struct xmp_cgroup *cg);
 /* Closes the watches of cg (all of them for the job, which owns the layout). */
 void xmp_cg_oom_unwatch(struct xmp_cgroup *cg);
 
+/* Gives back the pages of [addr, addr + len) that are resident and hold only zeroes: the next
+ * access finds a zero page again, so what the memory reads does not change. Only for private
+ * anonymous memory (bss, MAP_ANONYMOUS) that no other thread writes meanwhile; a page that is
+ * not resident (never touched, or swapped out) is left alone. */
+void xmp_cg_release_zero_pages(void *addr, size_t len);
+
 /* Shared helpers (cgroup_fs.c). */
 int xmp_cg_write(const char *dir, const char *file, const char *value, struct xmp_error *err);
 /* Reads a small file into buf (NUL-terminated, trailing newline kept). */

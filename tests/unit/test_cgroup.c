@@ -10,6 +10,8 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static const char hybrid_proc[] = "12:hugetlb:/\n"
                                   "9:name=systemd:/user.slice/session-1.scope\n"
@@ -351,4 +353,36 @@ Test(keyed, flat_keyed_files)
     cr_expect_eq(xmp_cg_keyed("populated 0\nfrozen 1\n", "populated"), 0);
     cr_expect_eq(xmp_cg_keyed("usage_usec 5\nuser_usec 3\n", "system_usec"), -1);
     cr_expect_eq(xmp_cg_keyed("", "x"), -1);
+}
+
+/* Eight anonymous pages: 0 and 7 zero but only partly in the range, 1, 4 and 5 zero, 2 never
+ * touched, 3 and 6 with one byte set. Only 1, 4 and 5 may go; every byte must read the same. */
+Test(zero_pages, only_resident_zero_pages_in_range_are_given_back)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char *m =
+        mmap(NULL, 8 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    unsigned char resident[8];
+    const bool kept[8] = {true, false, false, true, false, false, true, true};
+
+    cr_assert_neq(m, MAP_FAILED);
+    for (int i = 0; i < 8; i++)
+        if (i != 2)
+            memset(m + i * page, 0, page);
+    m[3 * page + page - 1] = 0x5a;
+    m[6 * page] = 0xa5;
+    cr_assert_eq(mincore(m, 8 * page, resident), 0);
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(resident[i] & 1, i != 2, "page %d resident before", i);
+
+    xmp_cg_release_zero_pages(m + 100, 8 * page - 101);
+
+    cr_assert_eq(mincore(m, 8 * page, resident), 0);
+    for (int i = 0; i < 8; i++)
+        cr_expect_eq(resident[i] & 1, kept[i], "page %d resident: %d", i, resident[i] & 1);
+    for (size_t i = 0; i < 8 * page; i++) {
+        unsigned char want = i == 3 * page + page - 1 ? 0x5a : i == 6 * page ? 0xa5 : 0;
+        cr_assert_eq(m[i], want, "byte %zu", i);
+    }
+    munmap(m, 8 * page);
 }
