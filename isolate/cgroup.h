@@ -129,6 +129,8 @@ struct xmp_cgroup_oom_site {
     char path[512];              /* enclosing: its path as /proc/self/cgroup shows it */
 };
 
+/* Taken before anything runs in cg, which must be new: its own counters are then 0, and only
+ * the levels above it are read. */
 void xmp_cgroup_oom_snapshot(const struct xmp_cgroup *cg, struct xmp_cgroup_oom_snap *snap);
 
 /* Compares the chain with `since` (taken by xmp_cgroup_oom_snapshot on the same cgroup): false

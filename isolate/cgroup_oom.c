@@ -60,9 +60,9 @@ level_limit(const struct xmp_cg_hier *h, const char *dir)
 /* 1 when the high watermark of a v1 counter reached its limit (within one charge batch, 64
  * pages, which a charge may fall short by), else 0. */
 static int64_t
-v1_at_limit(const char *dir, const char *usage, int64_t limit)
+v1_at_limit(const char *dir, const char *usage, int64_t limit, bool fresh)
 {
-    int64_t max = limit >= 0 ? read_int(dir, usage) : -1;
+    int64_t max = limit < 0 ? -1 : fresh ? 0 : read_int(dir, usage);
 
     return max >= 0 && max + 64 * 4096 >= limit ? 1 : 0;
 }
@@ -71,25 +71,30 @@ v1_at_limit(const char *dir, const char *usage, int64_t limit)
  * memory.events "oom". v1 counts a hit in memory.failcnt, but since Linux 6.14 only for the
  * memory counter, not for memsw (memory plus swap), which is charged first: with swap: 0 both
  * limits are equal and memsw fires, unseen. So a watermark that reached its limit counts as a
- * hit too (it never goes down: xmprun resets none). */
+ * hit too (it never goes down: xmprun resets none). In a cgroup that nothing has run in yet
+ * (fresh) every counter is 0, and none is read. */
 static int64_t
-level_count(const struct xmp_cg_hier *h, const struct level *lv)
+level_count(const struct xmp_cg_hier *h, const struct level *lv, bool fresh)
 {
     char buf[512];
 
     if (h->v2) {
+        if (fresh)
+            return 0;
         if (xmp_cg_read(lv->dir, "memory.events.local", buf, sizeof(buf), NULL) < 0 &&
             xmp_cg_read(lv->dir, "memory.events", buf, sizeof(buf), NULL) < 0)
             return -1;
         return xmp_cg_keyed(buf, "oom");
     }
-    int64_t mem = read_int(lv->dir, "memory.failcnt");
-    int64_t memsw = lv->memsw_limit >= 0 ? read_int(lv->dir, "memory.memsw.failcnt") : -1;
+    int64_t mem = fresh ? 0 : read_int(lv->dir, "memory.failcnt");
+    int64_t memsw = lv->memsw_limit < 0 ? -1
+                    : fresh             ? 0
+                                        : read_int(lv->dir, "memory.memsw.failcnt");
     if (mem < 0)
         return -1;
     return mem + (memsw > 0 ? memsw : 0) +
-           v1_at_limit(lv->dir, "memory.max_usage_in_bytes", lv->limit) +
-           v1_at_limit(lv->dir, "memory.memsw.max_usage_in_bytes", lv->memsw_limit);
+           v1_at_limit(lv->dir, "memory.max_usage_in_bytes", lv->limit, fresh) +
+           v1_at_limit(lv->dir, "memory.memsw.max_usage_in_bytes", lv->memsw_limit, fresh);
 }
 
 /* The cgroups above the job that count its memory, learned once per job: xmprun's own cgroup
@@ -258,7 +263,7 @@ xmp_cgroup_oom_snapshot(const struct xmp_cgroup *cg, struct xmp_cgroup_oom_snap 
 
     snap->n = chain(cg, lv, XMP_CGROUP_MAX_LEVELS);
     for (size_t i = 0; i < snap->n; i++) {
-        snap->count[i] = level_count(&cg->layout->h[m], &lv[i]);
+        snap->count[i] = level_count(&cg->layout->h[m], &lv[i], lv[i].cg == cg);
         snap->notes[i] = level_notes(cg->layout, lv[i].dir);
     }
 }
@@ -288,7 +293,7 @@ xmp_cgroup_oom_site(const struct xmp_cgroup *cg, const struct xmp_cgroup_oom_sna
         from = at + 1;
     for (size_t i = from; i < n && i < since->n; i++) {
         if (since->count[i] >= 0 && since->notes[i] < 0 &&
-            level_count(&cg->layout->h[m], &lv[i]) > since->count[i]) {
+            level_count(&cg->layout->h[m], &lv[i], false) > since->count[i]) {
             at = i;
             break;
         }

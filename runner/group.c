@@ -500,7 +500,7 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
     }
     if (w->cg != NULL && xmp_cgroup_read_stats(w->cg, &st, &err) == 0) {
         rep->memory_peak = st.memory_peak;
-        rep->oom_kills = st.oom_kills >= 0 ? st.oom_kills - w->oom_base : -1;
+        rep->oom_kills = st.oom_kills;
         if (st.user_usec >= 0)
             rep->user_s = (double)st.user_usec / 1e6;
         if (st.system_usec >= 0)
@@ -771,7 +771,6 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
     bool prefix = spec->console == XMP_CONSOLE_PREFIX;
     struct xmp_spawned sp;
     struct xmp_error err = {0};
-    struct xmp_cgroup_stats st = {-1, -1, -1, -1, -1};
     bool streams = false;
     int log_out = -1, log_err = -1;
 
@@ -805,13 +804,7 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
     if (pw->error_file != NULL && sv->restart > 0 && sv->run_fd >= 0)
         unlinkat(sv->run_fd, strrchr(pw->error_file, '/') + 1, 0);
     getrusage(RUSAGE_CHILDREN, &w->ru_base);
-    w->oom_base = 0;
-    /* The cgroup is new on the first run; a restart reuses it, so its OOM count so far is not
-     * this run's. */
-    if (sv->restart > 0 && w->cg != NULL && xmp_cgroup_read_stats(w->cg, &st, &err) == 0 &&
-        st.oom_kills > 0)
-        w->oom_base = st.oom_kills;
-    xmp_error_clear(&err);
+    /* Every run has new cgroups (a restart makes them again), so all they count is this run's. */
     if (w->cg != NULL)
         xmp_cgroup_oom_snapshot(w->cg, &w->oom_snap);
 

@@ -47,7 +47,6 @@ struct xmp_worker {
     bool running;                        /* a process to reap */
     bool start_failed;                   /* the child reported why it could not exec */
     bool stop_sent;                      /* xmprun asked it to stop */
-    int64_t oom_base;                    /* oom_kills of the cgroup before this run */
     struct xmp_cgroup_oom_snap oom_snap; /* the limit counters of its chain at its start */
     struct rusage ru_base;
     struct xmp_stream out;

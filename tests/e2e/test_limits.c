@@ -226,6 +226,45 @@ Test(limits, oom_at_the_job_limit, .timeout = 120)
     e2e_fini(&e);
 }
 
+/* A restart reuses the workers' cgroups: an OOM kill at the job's limit in the second run is
+ * the job's, although worker 0 was killed at its own limit in the first (whose hit its counters
+ * still show). Rank 1 starts allocating a second late, so that rank 0 holds more and is the
+ * victim again. */
+Test(limits, oom_after_a_restart_is_placed_anew, .timeout = 120)
+{
+    struct e2e e;
+    if (!e2e_can_cgroup())
+        cr_skip_test("needs root or a delegated cgroup");
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: reoom\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'if [ \"$XMPRUN_RESTART_COUNT\" = 0 ]; then "
+                 "if [ \"$RANK\" = 0 ]; then exec %1$s alloc 512; fi; exec %1$s sleep 60; fi; "
+                 "if [ \"$RANK\" = 0 ]; then exec %1$s alloc 56 60; fi; "
+                 "sleep 1; exec %1$s alloc 48 60'\n"
+                 "resources: {worker: {memory: 64Mi}, job: {memory: 80Mi}}\n"
+                 "on_failure: {restarts: 1, grace: 5s}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 137, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_eq(json_integer_value(json_object_get(e.rep, "restarts")), 1);
+    json_t *a0 = json_array_get(json_object_get(e.rep, "attempts"), 0);
+    cr_assert_not_null(strstr(json_dumps(a0, 0), "at its 64.0 MiB memory limit"), "first run: %s",
+                       json_dumps(a0, 0));
+    json_t *w0 = json_array_get(json_object_get(e.rep, "workers"), 0);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(w0, "memory"), "oom_kills")), 1,
+                 "the second run's count only");
+    json_t *rc = json_object_get(e.rep, "root_cause");
+    cr_assert_eq(json_integer_value(json_object_get(rc, "rank")), 0);
+    cr_assert_not_null(strstr(e2e_str(rc, "message"), "worker 0 (cpu) was killed by the kernel "
+                                                      "OOM killer at the job's 80.0 MiB memory "
+                                                      "limit"),
+                       "%s", e2e_str(rc, "message"));
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
 Test(limits, affinity_follows_the_cpuset, .timeout = 120)
 {
     struct e2e e;
