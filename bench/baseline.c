@@ -3,7 +3,8 @@
  *   baseline isolated N HIERS    the same-isolation floor: a job cgroup and one cgroup per worker
  *                                in cgroup2 (clone3 CLONE_PIDFD|CLONE_INTO_CGROUP) and in each v1
  *                                hierarchy of the comma-separated HIERS ("memory" gets a 1 GiB
- *                                limit, "pids" 4096), joined by the child before exec; one poll()
+ *                                limit, "pids" 4096), joined by the child before exec (through
+ *                                `tasks`, as xmprun's children join); one poll()
  *                                loop over the pidfds; rmdir of every directory at the end
  *   baseline failfast N [HIERS]  N `baseline worker` children (plain, or isolated as above); at the
  *                                first exit SIGTERM the rest, wait for them, exit with its code
@@ -260,7 +261,10 @@ floor_remove(struct floor *fl)
     }
 }
 
-/* clone3 into the worker's cgroup2 directory; the child joins the v1 hierarchies, then execs. */
+/* clone3 into the worker's cgroup2 directory; the child joins the v1 hierarchies, then execs.
+ * It joins as xmprun's children do, the cheapest way: "0" to `tasks` moves the calling thread,
+ * all of a single-threaded child, without the cgroup threadgroup lock that a cgroup.procs write
+ * takes (and waits an RCU grace period for, see cgmove). */
 static pid_t
 floor_spawn(struct floor *fl, int rank, char *const argv[], int *pidfd)
 {
@@ -270,7 +274,7 @@ floor_spawn(struct floor *fl, int rank, char *const argv[], int *pidfd)
     snprintf(dir, sizeof(dir), "%s/worker-%d", fl->h[0].job, rank);
     int cgfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     for (int i = 1; i < fl->n; i++) {
-        snprintf(dir, sizeof(dir), "%s/worker-%d/cgroup.procs", fl->h[i].job, rank);
+        snprintf(dir, sizeof(dir), "%s/worker-%d/tasks", fl->h[i].job, rank);
         procs[n++] = open(dir, O_WRONLY | O_CLOEXEC);
     }
     struct clone_args ca = {

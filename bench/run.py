@@ -3,9 +3,10 @@
 
   launch     N workers of /bin/true, each in its own cgroup, against bench/baseline.c doing the same
              isolation (clone3 CLONE_PIDFD|CLONE_INTO_CGROUP into a cgroup2 directory per worker, a
-             v1 memory cgroup per worker with a 1 GiB limit joined before exec, one poll() loop over
-             the pidfds, rmdir at the end); also against that floor in every v1 hierarchy xmprun
-             uses, and xmprun with cgroups off against plain fork+exec
+             v1 memory cgroup per worker with a 1 GiB limit joined before exec as xmprun's
+             children join, "0" to `tasks`; one poll() loop over the pidfds, rmdir at the end);
+             also against that floor in every v1 hierarchy xmprun uses, and xmprun with cgroups
+             off against plain fork+exec
   failure    rank 0 fails after 300 ms, N-1 others sleep: from its last instruction to the
              launcher's exit (SIGTERM to the rest, reap, cgroups removed, report written)
   console    8 workers x MIB of 128-byte lines, "[rank] " prefix, to /dev/null, a pipe and a
@@ -44,10 +45,11 @@ floor_min = "memory" if "memory" in v1 else ""
 floor_all = ",".join(v1)
 
 
-# The first v1 cgroup attach after a quiet spell waits for an RCU grace period (the kernel's
-# percpu rwsem goes back to its fast path one grace period after its last writer); a case that
-# follows another within that window skips the wait. Every case starts cold, as a job launched
-# on a quiet machine does.
+# A cgroup.procs write after a quiet spell waits for an RCU grace period (the kernel's percpu
+# rwsem goes back to its fast path one grace period after its last writer), and a case that
+# followed another within that window would skip it. The floors and xmprun's children join
+# through `tasks`, which takes no such lock; every case still starts cold, as a job launched on
+# a quiet machine does.
 COLD_S = 0.1
 
 

@@ -591,9 +591,28 @@ write_pid(const char *procs, const char *num, size_t len, struct xmp_error *err)
     return 0;
 }
 
+/* The caller joins the v1 cgroup dir alone: "0" to its `tasks`, which moves the calling thread
+ * only, and so the whole of a single-threaded process. For that move the kernel takes no
+ * cgroup_threadgroup_rwsem, which any cgroup.procs write takes for writing; and the first
+ * writer after a quiet spell waits for an RCU grace period in it while holding cgroup_mutex
+ * (4-15 ms here, through `tasks` 0.02 ms: the first worker of every job paid it, and every
+ * mkdir and clone into a cgroup waited behind it). */
+static int
+join_self_v1(const char *dir, struct xmp_error *err)
+{
+    char tasks[XMP_CG_PATH + sizeof("/tasks")];
+    size_t len = strlen(dir);
+
+    if (len + sizeof("/tasks") > sizeof(tasks))
+        return xmp_error_set(err, ENAMETOOLONG, "join `%s`", dir);
+    memcpy(tasks, dir, len);
+    memcpy(tasks + len, "/tasks", sizeof("/tasks"));
+    return write_pid(tasks, "0", 1, err);
+}
+
 /* Runs in a freshly forked child: no allocation, no stdio; only open/write/close on the paths
- * computed at create time. Writing cgroup.procs moves the whole thread group on v1 too (libcgroup's
- * cgroup_attach_task writes `tasks`, which moves one thread only). */
+ * computed at create time. Another process is moved with all its threads (cgroup.procs, on v1
+ * too: libcgroup's cgroup_attach_task writes `tasks`, which moves one thread only). */
 int
 xmp_cgroup_attach(const struct xmp_cgroup *cg, pid_t pid, bool into_unified, struct xmp_error *err)
 {
@@ -617,13 +636,13 @@ xmp_cgroup_attach(const struct xmp_cgroup *cg, pid_t pid, bool into_unified, str
     /* Where the cgroup has no directory of its own, into the job's if that has one (the job
      * may have got it after this cgroup was made), else the hierarchy is left alone. */
     for (size_t i = 0; i < cg->layout->n; i++) {
-        const char *procs = (cg->own & (1u << i)) ? cg->procs[i]
-                            : cg->parent != NULL && (cg->parent->own & (1u << i))
-                                ? cg->parent->procs[i]
-                                : NULL;
-        if ((int)i == u || procs == NULL)
+        const struct xmp_cgroup *in = (cg->own & (1u << i)) ? cg
+                                      : cg->parent != NULL && (cg->parent->own & (1u << i))
+                                          ? cg->parent
+                                          : NULL;
+        if ((int)i == u || in == NULL)
             continue;
-        if (write_pid(procs, num, len, err) < 0)
+        if ((pid > 0 ? write_pid(in->procs[i], num, len, err) : join_self_v1(in->dir[i], err)) < 0)
             return -1;
     }
     return 0;

@@ -81,9 +81,10 @@ int xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
 int xmp_cgroup_dirfd(const struct xmp_cgroup *cg);
 
 /* Moves pid into the cgroup in every hierarchy that clone3 did not already place it in
- * (all of them when into_unified is false). Used by the child on itself (pid 0) before exec:
- * it allocates nothing and calls only open/write/close on paths computed at create time (and
- * xmp_error_set on failure). Writes cgroup.procs, so all threads move, on v1 too. */
+ * (all of them when into_unified is false), with all its threads. Used by the child on itself
+ * (pid 0) before exec, which must be single-threaded then (it joins v1 hierarchies through
+ * `tasks`, which moves the calling thread: see join_self_v1): it allocates nothing and calls
+ * only open/write/close on paths computed at create time (and xmp_error_set on failure). */
 int xmp_cgroup_attach(const struct xmp_cgroup *cg, pid_t pid, bool into_unified,
                       struct xmp_error *err);
 
