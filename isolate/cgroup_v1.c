@@ -116,7 +116,7 @@ tracked(const struct xmp_cg_layout *lay)
  * need them. The v1 freezer is never used (see xmp_cg_kill_procs_tree); in hybrid mode the
  * cgroup2 tree does the kill and its cpu.stat gives CPU times, so cpuacct is needed only in
  * legacy mode. A job gets the others when a worker first needs them (see
- * extend_job): every attach to a v1 hierarchy costs a cgroup.procs write in the child. */
+ * extend_job): every v1 hierarchy costs a directory, its removal and a write in the child. */
 static unsigned
 v1_mask(const struct xmp_cgroup *cg, const struct xmp_limits *l)
 {
@@ -252,9 +252,7 @@ v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
         }
         /* Hybrid: the kernel runs the device programs of a process's cgroup2 cgroup whatever
          * is mounted beside it, and the worker is in its tracking directory from its clone3
-         * on. That spares the worker a directory and a cgroup.procs write in one more v1
-         * hierarchy (the write takes the cgroup threadgroup lock), which cost more than the
-         * rest of the isolation together at launch. */
+         * on. That spares the worker a directory and a join in one more v1 hierarchy. */
         if (limits->has_devices &&
             xmp_devices_attach_bpf(cg->dirfd, &limits->devices, &lay->dev_prog, err) < 0)
             goto fail;

@@ -284,8 +284,8 @@ child_main(void *arg)
 
     if (xmp_spawn_child_enter(a, -1, c->parent, &c->err) < 0)
         child_fail(c, 125);
-    /* The hierarchies clone3 did not place it in. The parent is suspended meanwhile, so this
-     * join and its next fork cannot contend for the cgroup threadgroup lock. */
+    /* The hierarchies clone3 did not place it in (through `tasks` on v1: see join_self_v1 in
+     * isolate/cgroup.c). */
     if (a->cg != NULL && xmp_cgroup_attach(a->cg, 0, c->in_unified, &c->err) < 0) {
         xmp_error_wrap(&c->err, "join cgroup `%s`", xmp_cgroup_path(a->cg));
         child_fail(c, 125);
