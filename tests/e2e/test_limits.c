@@ -200,6 +200,20 @@ Test(limits, oom_kill_of_a_child_is_named, .timeout = 120)
     e2e_fini(&e);
 }
 
+/* The root cause is worker 0, killed by the OOM killer at the job's memory limit of `limit`. */
+static void
+assert_killed_at_job_limit(struct e2e *e, const char *limit)
+{
+    json_t *rc = json_object_get(e->rep, "root_cause");
+    char want[128];
+
+    snprintf(want, sizeof(want),
+             "worker 0 (cpu) was killed by the kernel OOM killer at the job's %s memory limit",
+             limit);
+    cr_assert_eq(json_integer_value(json_object_get(rc, "rank")), 0);
+    cr_assert_not_null(strstr(e2e_str(rc, "message"), want), "%s", e2e_str(rc, "message"));
+}
+
 Test(limits, oom_at_the_job_limit, .timeout = 120)
 {
     struct e2e e;
@@ -216,20 +230,15 @@ Test(limits, oom_at_the_job_limit, .timeout = 120)
                  "on_failure: {grace: 5s}\n");
     cr_assert_eq(e2e_run(&e, 90, NULL), 137, "stderr:\n%s", e.r.err);
     e2e_load_report(&e);
-    json_t *rc = json_object_get(e.rep, "root_cause");
-    cr_assert_eq(json_integer_value(json_object_get(rc, "rank")), 0);
-    cr_assert_not_null(strstr(e2e_str(rc, "message"), "worker 0 (cpu) was killed by the kernel "
-                                                      "OOM killer at the job's 64.0 MiB memory "
-                                                      "limit"),
-                       "%s", e2e_str(rc, "message"));
+    assert_killed_at_job_limit(&e, "64.0 MiB");
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
 
-/* A restart reuses the workers' cgroups: an OOM kill at the job's limit in the second run is
- * the job's, although worker 0 was killed at its own limit in the first (whose hit its counters
- * still show). Rank 1 starts allocating a second late, so that rank 0 holds more and is the
- * victim again. */
+/* A restart gives the workers new cgroups, whose OOM counters start at 0: an OOM kill at the
+ * job's limit in the second run is the job's, although worker 0 was killed at its own limit in
+ * the first, and the final report counts only the second run's kill. Rank 1 starts allocating a
+ * second late, so that rank 0 holds more and is the victim again. */
 Test(limits, oom_after_a_restart_is_placed_anew, .timeout = 120)
 {
     struct e2e e;
@@ -255,12 +264,7 @@ Test(limits, oom_after_a_restart_is_placed_anew, .timeout = 120)
     json_t *w0 = json_array_get(json_object_get(e.rep, "workers"), 0);
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(w0, "memory"), "oom_kills")), 1,
                  "the second run's count only");
-    json_t *rc = json_object_get(e.rep, "root_cause");
-    cr_assert_eq(json_integer_value(json_object_get(rc, "rank")), 0);
-    cr_assert_not_null(strstr(e2e_str(rc, "message"), "worker 0 (cpu) was killed by the kernel "
-                                                      "OOM killer at the job's 80.0 MiB memory "
-                                                      "limit"),
-                       "%s", e2e_str(rc, "message"));
+    assert_killed_at_job_limit(&e, "80.0 MiB");
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
