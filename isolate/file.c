@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,44 +150,107 @@ write_all(int fd, const char *data, size_t len)
     return 0;
 }
 
-int
-xmp_file_write_atomic(const char *path, const char *text, bool durable, struct xmp_error *err)
+/* The second half of an atomic write, once the text is in the temp file: fsync, rename, fsync
+ * the directory. On a thread of its own when durable (see xmp_file_write_atomic_start). */
+static void *
+commit(void *arg)
 {
-    cleanup_free char *base_copy = NULL;
-    cleanup_close int dfd = -1;
-    cleanup_close int fd = -1;
-    const char *base;
-    char tmp[512];
+    struct xmp_file_commit *c = arg;
 
-    dfd = open_parent(path, &base_copy, &base, err);
-    if (dfd < 0)
-        return -1;
-    /* Checked again at the end: the path may have been replaced while the job ran. */
-    if (check_entry(dfd, base, path, err) < 0)
-        return -1;
-    fd = create_temp(dfd, base, tmp, sizeof(tmp));
-    if (fd < 0)
-        return xmp_error_set(err, errno, "`%s`: create a temp file in its directory", path);
-    if (write_all(fd, text, strlen(text)) < 0 || write_all(fd, "\n", 1) < 0 ||
-        (durable && fsync(fd) < 0) || close(steal_fd(&fd)) < 0) {
+    if ((c->durable && fsync(c->fd) < 0) || close(steal_fd(&c->fd)) < 0) {
         int saved = errno;
-        unlinkat(dfd, tmp, 0);
-        return xmp_error_set(err, saved, "write `%s`", path);
+        unlinkat(c->dfd, c->tmp, 0);
+        c->ret = xmp_error_set(&c->err, saved, "write `%s`", c->path);
+        return NULL;
     }
     /* rename replaces the directory entry itself: it never writes through a link. */
-    if (renameat(dfd, tmp, dfd, base) < 0) {
+    if (renameat(c->dfd, c->tmp, c->dfd, c->base) < 0) {
         int saved = errno;
-        unlinkat(dfd, tmp, 0);
-        return xmp_error_set(err, saved, "rename the new `%s` into place", path);
+        unlinkat(c->dfd, c->tmp, 0);
+        c->ret = xmp_error_set(&c->err, saved, "rename the new `%s` into place", c->path);
+        return NULL;
     }
     /* The rename is durable only once the directory entry is on disk too; an O_PATH fd
      * cannot be fsynced. */
-    if (durable) {
-        cleanup_close int sync_fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (c->durable) {
+        cleanup_close int sync_fd = openat(c->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (sync_fd >= 0)
             fsync(sync_fd);
     }
+    c->ret = 0;
+    return NULL;
+}
+
+static void
+commit_free(struct xmp_file_commit *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    if (c->dfd >= 0)
+        close(c->dfd);
+    free(c->base_copy);
+    c->fd = c->dfd = -1;
+    c->base_copy = NULL;
+}
+
+int
+xmp_file_write_atomic_start(const char *path, const char *text, bool durable,
+                            struct xmp_file_commit *c, struct xmp_error *err)
+{
+    memset(c, 0, sizeof(*c));
+    c->fd = -1;
+    c->path = path;
+    c->durable = durable;
+    c->dfd = open_parent(path, &c->base_copy, &c->base, err);
+    /* Checked again at the end: the path may have been replaced while the job ran. */
+    if (c->dfd < 0 || check_entry(c->dfd, c->base, path, err) < 0)
+        goto fail;
+    c->fd = create_temp(c->dfd, c->base, c->tmp, sizeof(c->tmp));
+    if (c->fd < 0) {
+        xmp_error_set(err, errno, "`%s`: create a temp file in its directory", path);
+        goto fail;
+    }
+    if (write_all(c->fd, text, strlen(text)) < 0 || write_all(c->fd, "\n", 1) < 0) {
+        int saved = errno;
+        unlinkat(c->dfd, c->tmp, 0);
+        xmp_error_set(err, saved, "write `%s`", path);
+        goto fail;
+    }
+    /* The fsyncs wait for the disk, not the CPU: a thread waits for them while the caller goes
+     * on. Without a thread, they are done here. */
+    c->threaded = durable && pthread_create(&c->thread, NULL, commit, c) == 0;
+    if (!c->threaded)
+        commit(c);
     return 0;
+fail:
+    commit_free(c);
+    c->ret = -1;
+    return -1;
+}
+
+int
+xmp_file_write_atomic_finish(struct xmp_file_commit *c, struct xmp_error *err)
+{
+    int ret;
+
+    if (c->threaded)
+        pthread_join(c->thread, NULL);
+    c->threaded = false;
+    ret = c->ret;
+    if (ret < 0 && err != NULL && c->err.msg[0] != '\0')
+        *err = c->err;
+    commit_free(c);
+    return ret;
+}
+
+int
+xmp_file_write_atomic(const char *path, const char *text, bool durable, struct xmp_error *err)
+{
+    struct xmp_file_commit c;
+
+    if (xmp_file_write_atomic_start(path, text, durable, &c, err) < 0)
+        return -1;
+    return xmp_file_write_atomic_finish(&c, err);
 }
 
 int

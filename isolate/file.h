@@ -6,6 +6,7 @@
 
 #include "isolate/error.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -21,6 +22,24 @@ int xmp_file_check_target(const char *path, struct xmp_error *err);
  * durable, fsyncs the file and the directory. Messages name path, never the temp file, which is
  * removed on failure. */
 int xmp_file_write_atomic(const char *path, const char *text, bool durable, struct xmp_error *err);
+
+/* xmp_file_write_atomic in two halves, for a caller with other work to do while the disk
+ * syncs: _start writes the temp file (failing at once if it cannot) and leaves the fsyncs and
+ * the rename to a thread; _finish waits for them and says how they went. Every _start that
+ * returned 0 needs its _finish, and path must live until then. */
+struct xmp_file_commit {
+    const char *path, *base;
+    char *base_copy;
+    int dfd, fd;
+    char tmp[512];
+    bool durable, threaded;
+    pthread_t thread;
+    int ret;
+    struct xmp_error err;
+};
+int xmp_file_write_atomic_start(const char *path, const char *text, bool durable,
+                                struct xmp_file_commit *c, struct xmp_error *err);
+int xmp_file_write_atomic_finish(struct xmp_file_commit *c, struct xmp_error *err);
 
 /* Opens path (O_WRONLY/O_RDONLY plus O_CREAT, O_TRUNC, O_APPEND as given) with openat() on its
  * directory and O_NOFOLLOW | O_CLOEXEC, without blocking on a FIFO; refuses anything but a

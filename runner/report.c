@@ -664,7 +664,8 @@ xmp_report_to_json(const struct xmp_report *r)
 }
 
 int
-xmp_report_write(const struct xmp_report *r, const char *path, struct xmp_error *err)
+xmp_report_write_start(const struct xmp_report *r, const char *path, struct xmp_file_commit *c,
+                       struct xmp_error *err)
 {
     cleanup_free char *text = NULL;
     json_t *doc = xmp_report_to_json(r);
@@ -674,7 +675,7 @@ xmp_report_write(const struct xmp_report *r, const char *path, struct xmp_error 
     json_decref(doc);
     if (text == NULL)
         return xmp_error_set(err, ENOMEM, "report: encode JSON");
-    return xmp_file_write_atomic(path, text, true, err);
+    return xmp_file_write_atomic_start(path, text, true, c, err);
 }
 
 void

@@ -4,6 +4,7 @@
 #define XMP_REPORT_H
 
 #include "isolate/error.h"
+#include "isolate/file.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -180,9 +181,11 @@ json_t *xmp_report_to_json(const struct xmp_report *r);
 /* A JSON string of text that may not be UTF-8 (a worker's output): bad bytes become U+FFFD. */
 json_t *xmp_report_text_json(const char *text);
 
-/* Writes the report atomically: a temp file in the same directory, fsync, rename, fsync of the
- * directory. */
-int xmp_report_write(const struct xmp_report *r, const char *path, struct xmp_error *err);
+/* Starts writing the report atomically: a temp file in the same directory, fsync, rename, fsync
+ * of the directory, the last three on a thread while the caller goes on (isolate/file.h);
+ * xmp_file_write_atomic_finish(c) waits for them and says whether the report is in place. */
+int xmp_report_write_start(const struct xmp_report *r, const char *path, struct xmp_file_commit *c,
+                           struct xmp_error *err);
 
 /* The short human table (rank, device, state, exit, peak memory, time) and the root cause. */
 void xmp_report_print_summary(const struct xmp_report *r, FILE *out);

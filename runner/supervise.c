@@ -592,7 +592,8 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
     struct xmp_error err = {0};
     char buf[512];
     const char *path;
-    bool report_refused = false, report_lost = false;
+    bool report_refused = false, report_started = false, report_lost = false;
+    struct xmp_file_commit commit;
     int status;
 
     /* No console until setup_consoles: what the end writes is then dropped, not sent to fd 0. */
@@ -663,6 +664,16 @@ setup_failed:
     *setup_err = err;
     sv.report.n_workers = 0;
 done:
+    xmp_now_real(&sv.report.ended_at);
+    sv.report.ended_mono_ns = xmp_now_ns();
+    fill_job_info(&sv);
+    xmp_report_finish(&sv.report);
+    path = report_path(&sv, buf, sizeof(buf));
+    /* Nothing below changes the report: it is written now, and its fsyncs wait for the disk
+     * while the cgroups and the scratch directory are removed. */
+    report_started =
+        !report_refused && xmp_report_write_start(&sv.report, path, &commit, &err) == 0;
+    report_lost = !report_refused && !report_started;
     destroy_cgroups(&sv);
     /* Leave the cgroup as it was found: out of the xmprun-self leaf (cgroup v2), which is
      * removed, so that it neither piles up nor blocks the next process that joins the parent. */
@@ -677,19 +688,13 @@ done:
     xmp_group_kill_orphans(0);
     if (sv.state_written)
         xmp_state_remove(sv.state_dir, sv.plan.cgroup_name);
-    restore_signals(&sv);
 
-    xmp_now_real(&sv.report.ended_at);
-    sv.report.ended_mono_ns = xmp_now_ns();
-    fill_job_info(&sv);
-    xmp_report_finish(&sv.report);
-    path = report_path(&sv, buf, sizeof(buf));
-    /* A job that succeeded but whose report is lost is not a success (SPEC.md section 5). */
-    if (!report_refused && xmp_report_write(&sv.report, path, &err) < 0) {
+    if (report_started && xmp_file_write_atomic_finish(&commit, &err) < 0)
         report_lost = true;
-        if (sv.report.exit_code == 0)
-            sv.report.exit_code = 125;
-    }
+    restore_signals(&sv);
+    /* A job that succeeded but whose report is lost is not a success (SPEC.md section 5). */
+    if (report_lost && sv.report.exit_code == 0)
+        sv.report.exit_code = 125;
     finish_consoles(&sv, report_lost ? err.msg : NULL);
     status = sv.report.exit_code;
     cleanup(&sv);
