@@ -329,8 +329,9 @@ struct pci_attrs {
     char class_[16];
 };
 
+/* The function's vendor, and with all, its device and class too. */
 static void
-read_pci_attrs(const struct xmp_host *host, const char *addr, struct pci_attrs *a)
+read_pci_attrs(const struct xmp_host *host, const char *addr, bool all, struct pci_attrs *a)
 {
     char path[4096];
     char attr[4096 + 16];
@@ -341,6 +342,8 @@ read_pci_attrs(const struct xmp_host *host, const char *addr, struct pci_attrs *
     if (read_small_file(attr, a->vendor, sizeof(a->vendor)) < 0)
         return;
     a->present = true;
+    if (!all)
+        return;
     snprintf(attr, sizeof(attr), "%s/device", path);
     if (read_small_file(attr, a->device, sizeof(a->device)) < 0)
         a->device[0] = '\0';
@@ -502,7 +505,7 @@ discover_gpus_procfs(struct xmp_host *host, struct xmp_error *err)
             ret = -1;
             break;
         }
-        read_pci_attrs(host, dev.pci, &attrs);
+        read_pci_attrs(host, dev.pci, true, &attrs);
         /* The driver lists what it binds; sysfs, when present, must agree that this is a GPU
          * (a mismatch means a stale or foreign procfs entry, which CUDA would not count). */
         if (attrs.present && !is_nvidia_gpu(&attrs))
@@ -693,9 +696,12 @@ discover_tpus(struct xmp_host *host, struct xmp_error *err)
 
         if (de->d_name[0] == '.')
             continue;
-        read_pci_attrs(host, de->d_name, &attrs);
+        /* The vendor first: a host has dozens of PCI functions (a GPU server a hundred or more)
+         * and most are not Google's. */
+        read_pci_attrs(host, de->d_name, false, &attrs);
         if (!attrs.present || strcmp(attrs.vendor, GOOGLE_VENDOR) != 0)
             continue;
+        read_pci_attrs(host, de->d_name, true, &attrs);
         version = xmp_tpu_version_of((unsigned int)strtoul(attrs.device, NULL, 16));
         if (version == NULL)
             continue;
