@@ -223,9 +223,10 @@ xmprun_zygote_next(int *rank)
         drop_pending();
         return z.hdr.status == 0 ? 0 : 2;
     }
-    size_t want =
-        4 + ((z.hdr.flags & XMP_ZW_STDIN) ? 1 : 0) + ((z.hdr.flags & XMP_ZW_CGROUP) ? 1 : 0);
-    if (z.hdr.type != XMP_ZMSG_WORKER || z.n_fds != want ||
+    size_t n_tasks = (z.hdr.flags & XMP_ZW_TASKS) ? z.hdr.n_tasks : 0;
+    size_t want = 4 + ((z.hdr.flags & XMP_ZW_STDIN) ? 1 : 0) + n_tasks +
+                  ((z.hdr.flags & XMP_ZW_CGROUP) ? 1 : 0);
+    if (z.hdr.type != XMP_ZMSG_WORKER || n_tasks > XMP_ZMSG_TASKS || z.n_fds != want ||
         (size_t)n != sizeof(z.hdr) + z.hdr.env_len + z.hdr.confine_len) {
         free(buf);
         drop_pending();
@@ -284,7 +285,13 @@ child_start(int status_fd, int gate_fd)
         .close_fds = true,
     };
 
-    if (xmp_spawn_child_enter(&a, gate_fd, (pid_t)z.hdr.pid, &err) < 0 ||
+    size_t first_task = (z.hdr.flags & XMP_ZW_STDIN) ? 5 : 4;
+
+    /* Its v1 cgroups first (the cgroup2 one it was cloned into): what it faults from here on is
+     * charged to the worker, not to the zygote. */
+    if (((z.hdr.flags & XMP_ZW_TASKS) &&
+         xmp_cgroup_join_tasks(z.fds + first_task, z.hdr.n_tasks, &err) < 0) ||
+        xmp_spawn_child_enter(&a, gate_fd, (pid_t)z.hdr.pid, &err) < 0 ||
         xmp_spawn_child_setup(&a, &err) < 0)
         child_fail(status_fd, &err);
     if (clearenv() != 0) {

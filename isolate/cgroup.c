@@ -610,6 +610,19 @@ join_self_v1(const char *dir, struct xmp_error *err)
     return write_pid(tasks, "0", 1, err);
 }
 
+/* The cgroup whose directory in hierarchy i a process of cg joins: cg where it has one of its
+ * own there, else the job's if that has one (the job may have got it after cg was made), else
+ * NULL (the hierarchy is left alone). */
+static const struct xmp_cgroup *
+joined_in(const struct xmp_cgroup *cg, size_t i)
+{
+    if (cg->own & (1u << i))
+        return cg;
+    if (cg->parent != NULL && (cg->parent->own & (1u << i)))
+        return cg->parent;
+    return NULL;
+}
+
 /* Runs in a freshly forked child: no allocation, no stdio; only open/write/close on the paths
  * computed at create time. Another process is moved with all its threads (cgroup.procs, on v1
  * too: libcgroup's cgroup_attach_task writes `tasks`, which moves one thread only). */
@@ -633,18 +646,50 @@ xmp_cgroup_attach(const struct xmp_cgroup *cg, pid_t pid, bool into_unified, str
      * and the emptiness check look at that one alone. */
     if (u >= 0 && !into_unified && write_pid(cg->procs[u], num, len, err) < 0)
         return -1;
-    /* Where the cgroup has no directory of its own, into the job's if that has one (the job
-     * may have got it after this cgroup was made), else the hierarchy is left alone. */
     for (size_t i = 0; i < cg->layout->n; i++) {
-        const struct xmp_cgroup *in = (cg->own & (1u << i)) ? cg
-                                      : cg->parent != NULL && (cg->parent->own & (1u << i))
-                                          ? cg->parent
-                                          : NULL;
+        const struct xmp_cgroup *in = joined_in(cg, i);
         if ((int)i == u || in == NULL)
             continue;
         if ((pid > 0 ? write_pid(in->procs[i], num, len, err) : join_self_v1(in->dir[i], err)) < 0)
             return -1;
     }
+    return 0;
+}
+
+int
+xmp_cgroup_open_tasks(const struct xmp_cgroup *cg, int *fds, size_t max, struct xmp_error *err)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < cg->layout->n; i++) {
+        const struct xmp_cgroup *in = joined_in(cg, i);
+        char tasks[XMP_CG_PATH + sizeof("/tasks")];
+        if ((int)i == cg->layout->unified || in == NULL)
+            continue;
+        snprintf(tasks, sizeof(tasks), "%s/tasks", in->dir[i]);
+        if (n == max) {
+            xmp_error_set(err, E2BIG, "more than %zu cgroup v1 hierarchies", max);
+            goto fail;
+        }
+        if ((fds[n] = open(tasks, O_WRONLY | O_CLOEXEC)) < 0) {
+            xmp_error_set(err, errno, "open `%s`", tasks);
+            goto fail;
+        }
+        n++;
+    }
+    return (int)n;
+fail:
+    while (n > 0)
+        close(fds[--n]);
+    return -1;
+}
+
+int
+xmp_cgroup_join_tasks(const int *fds, size_t n, struct xmp_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (write(fds[i], "0", 1) != 1)
+            return xmp_error_set(err, errno, "join a cgroup v1 hierarchy (write to `tasks`)");
     return 0;
 }
 

@@ -88,6 +88,16 @@ int xmp_cgroup_dirfd(const struct xmp_cgroup *cg);
 int xmp_cgroup_attach(const struct xmp_cgroup *cg, pid_t pid, bool into_unified,
                       struct xmp_error *err);
 
+/* Opens (O_WRONLY | O_CLOEXEC) the `tasks` file of every v1 hierarchy that xmp_cgroup_attach
+ * would move a process into, for a child forked elsewhere (a start: fork worker) to join them
+ * itself with xmp_cgroup_join_tasks. Returns how many were opened (0 on pure cgroup v2), or -1
+ * with err set and none left open. */
+int xmp_cgroup_open_tasks(const struct xmp_cgroup *cg, int *fds, size_t max, struct xmp_error *err);
+
+/* In a single-threaded child: joins the cgroup of each `tasks` fd by writing "0" to it (see
+ * xmp_cgroup_attach for why through `tasks`). */
+int xmp_cgroup_join_tasks(const int *fds, size_t n, struct xmp_error *err);
+
 /* Kills every process in the cgroup: cgroup.kill where the kernel has it, else SIGKILL to every
  * listed task in rounds (never the freezer: a cgroup left frozen by an xmprun that died at the
  * wrong moment keeps its tasks for good). Returns once the signal is sent, not once the tasks

@@ -1127,8 +1127,7 @@ xmp_group_run(struct xmp_supervisor *sv)
         }
     }
     /* An exec-mode worker has joined its cgroups and exec'd when xmp_spawn returns; a forked
-     * one waits at its start gate until every worker exists, and only then are they put into
-     * their cgroups: see xmp_spawn for why the forks and the cgroup joins are kept apart. */
+     * one waits at its start gate until every worker exists (see xmp_spawn). */
     for (size_t i = 0; i < sv->n_workers; i++)
         spawn_worker(sv, &sv->workers[i], i);
     for (size_t i = 0; sv->fork_mode && i < sv->n_workers; i++)

@@ -427,7 +427,7 @@ xmp_spawn_start(struct xmp_spawned *sp, const struct xmp_cgroup *cg, enum xmp_cg
                 struct xmp_error *err)
 {
     cleanup_close int gate = steal_fd(&sp->gate_fd);
-    bool joined = mode == XMP_CGROUP_MODE_UNIFIED && sp->in_unified;
+    bool joined = sp->joins_itself || (mode == XMP_CGROUP_MODE_UNIFIED && sp->in_unified);
     ssize_t n;
 
     if (gate < 0)

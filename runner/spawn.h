@@ -39,6 +39,7 @@ struct xmp_spawned {
     int status_fd;              /* read end of the exec-status pipe (non-blocking); -1 once read */
     int gate_fd;                /* write end of the start gate; -1 once opened */
     bool in_unified;            /* clone3 placed it in its cgroup2 directory */
+    bool joins_itself;          /* and it joins the rest itself (fork mode, v1 `tasks` fds) */
     size_t status_got;          /* bytes of child_err read so far */
     bool exec_failed;           /* the child reported child_err and exits 127/126/125 */
     struct xmp_error child_err; /* "exec `nosuch`: No such file or directory" */
@@ -54,16 +55,17 @@ char *xmp_spawn_resolve(const char *argv0, char *const *envp);
  * exec'd by then, or failed: out->exec_failed and out->child_err say so at once (the child exits
  * 127, 126 or 125), and out->status_fd and out->gate_fd are -1.
  *
- * Joining a v1 hierarchy (a write to cgroup.procs) takes the kernel's cgroup threadgroup lock
- * for writing, and every fork waits for that lock: children that joined while the parent went
- * on forking stalled its next clone3 by milliseconds each. Here the parent is suspended while
- * its child joins, so the two never overlap. A worker forked by the zygote (fork mode) runs
- * alongside the zygote instead: it waits at a start gate, which xmp_spawn_start opens once
- * xmprun has put it into its cgroups, and reports on a status pipe (xmp_spawn_read_status). */
+ * The child joins its v1 hierarchies itself, through `tasks` (see xmp_cgroup_attach). A worker
+ * forked by the zygote (fork mode) runs alongside the zygote instead: it joins its v1
+ * hierarchies itself too, through the `tasks` files xmprun opened and passed with the fork
+ * request (on pure v2 the zygote clones it into its cgroup), waits at a start gate, which
+ * xmp_spawn_start opens once every worker exists, and reports on a status pipe
+ * (xmp_spawn_read_status). */
 int xmp_spawn(const struct xmp_spawn_args *args, struct xmp_spawned *out, struct xmp_error *err);
 
 /* For a worker at a start gate (sp->gate_fd, fork mode; a no-op without one): puts it into every
- * cgroup hierarchy that clone3 did not already place it in, then opens the gate. On failure the
+ * cgroup hierarchy that neither clone3 nor the worker itself (sp->joins_itself) placed it in,
+ * then opens the gate. On failure the
  * child is killed (it never ran the command) and -1 returned; it must still be reaped. */
 int xmp_spawn_start(struct xmp_spawned *sp, const struct xmp_cgroup *cg, enum xmp_cgroup_mode mode,
                     struct xmp_error *err);

@@ -311,8 +311,8 @@ xmp_zygote_fork_worker(struct xmp_supervisor *sv, const struct xmp_spawn_args *a
     cleanup_free char *env = NULL;
     cleanup_free void *confine = NULL;
     struct xmp_zmsg hdr = {.type = XMP_ZMSG_WORKER}, reply;
-    size_t env_len = 0, confine_len = 0, n_fds = 0;
-    int fds[XMP_ZMSG_FDS], p[2];
+    size_t env_len = 0, confine_len = 0, n_fds = 0, n_tasks = 0;
+    int fds[XMP_ZMSG_FDS], tasks[XMP_ZMSG_TASKS], p[2];
     int cgfd = a->cg != NULL ? xmp_cgroup_dirfd(a->cg) : -1;
 
     memset(out, 0, sizeof(*out));
@@ -364,12 +364,26 @@ xmp_zygote_fork_worker(struct xmp_supervisor *sv, const struct xmp_spawn_args *a
         hdr.flags |= XMP_ZW_STDIN;
         fds[n_fds++] = a->stdin_fd;
     }
+    /* The worker joins its v1 cgroups itself, as an exec-mode worker does (through `tasks`,
+     * without the lock and the wait a move by pid takes: see xmp_cgroup_attach). */
+    if (a->cg != NULL) {
+        int n = xmp_cgroup_open_tasks(a->cg, tasks, XMP_ZMSG_TASKS, err);
+        if (n < 0)
+            return xmp_error_wrap(err, "join cgroup `%s`", xmp_cgroup_path(a->cg));
+        n_tasks = (size_t)n;
+        hdr.flags |= n_tasks > 0 ? XMP_ZW_TASKS : 0;
+        hdr.n_tasks = (uint32_t)n_tasks;
+        memcpy(fds + n_fds, tasks, n_tasks * sizeof(int));
+        n_fds += n_tasks;
+    }
     if (cgfd >= 0) {
         hdr.flags |= XMP_ZW_CGROUP;
         fds[n_fds++] = cgfd;
     }
-    if (send_worker(zy, &hdr, env, env_len + confine_len, fds, n_fds, err) < 0 ||
-        recv_forked(zy, &reply, err) < 0)
+    int sent = send_worker(zy, &hdr, env, env_len + confine_len, fds, n_fds, err);
+    for (size_t i = 0; i < n_tasks; i++)
+        close(tasks[i]);
+    if (sent < 0 || recv_forked(zy, &reply, err) < 0)
         return -1;
     if (reply.pid <= 0)
         return xmp_error_set(err, reply.status, "%s", reply.msg);
@@ -388,6 +402,9 @@ xmp_zygote_fork_worker(struct xmp_supervisor *sv, const struct xmp_spawn_args *a
     out->pid = (pid_t)reply.pid;
     out->pidfd = (int)syscall(SYS_pidfd_open, out->pid, 0);
     out->in_unified = (reply.flags & XMP_ZF_IN_UNIFIED) != 0;
+    /* In every hierarchy once it has joined its v1 ones: clone3 put it into its cgroup2
+     * directory, or there is none. */
+    out->joins_itself = n_tasks > 0 && (out->in_unified || cgfd < 0);
     setpgid(out->pid, out->pid);
     out->status_fd = steal_fd(&st_r);
     out->gate_fd = steal_fd(&gate_w);

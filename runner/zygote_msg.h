@@ -20,11 +20,14 @@ enum xmp_zmsg_type {
 #define XMP_ZW_STDIN  0x1u
 #define XMP_ZW_CGROUP 0x2u /* the worker's cgroup2 directory, for CLONE_INTO_CGROUP */
 #define XMP_ZW_CPUS   0x8u
+#define XMP_ZW_TASKS  0x10u /* n_tasks v1 `tasks` files, after stdin: the child joins them itself  \
+                             */
 /* FORKED flags */
 #define XMP_ZF_IN_UNIFIED 0x1u /* clone3 placed it in the cgroup2 directory */
 
-#define XMP_ZMSG_MAX (512 * 1024) /* the largest packet (the environment must fit) */
-#define XMP_ZMSG_FDS 6
+#define XMP_ZMSG_MAX   (512 * 1024) /* the largest packet (the environment must fit) */
+#define XMP_ZMSG_TASKS 8            /* v1 hierarchies a worker joins, at most */
+#define XMP_ZMSG_FDS   (6 + XMP_ZMSG_TASKS)
 
 struct xmp_zmsg {
     uint32_t type;
@@ -36,6 +39,7 @@ struct xmp_zmsg {
     int32_t restart;
     uint32_t env_len; /* WORKER: bytes of NUL-terminated "NAME=value" strings after the header */
     uint32_t confine_len; /* WORKER: bytes of the packed struct xmp_confine after the env */
+    uint32_t n_tasks;     /* WORKER: how many `tasks` fds (XMP_ZW_TASKS) */
     cpu_set_t cpus;
     char msg[256];
 };
