@@ -7,6 +7,8 @@
              children join, "0" to `tasks`; one poll() loop over the pidfds, rmdir at the end);
              also against that floor in every v1 hierarchy xmprun uses, and xmprun with cgroups
              off against plain fork+exec
+  fork       start: fork, N workers forked from a C zygote that preloads nothing (bench/zygote.c),
+             against the same launch in exec mode
   failure    rank 0 fails after 300 ms, N-1 others sleep: from its last instruction to the
              launcher's exit (SIGTERM to the rest, reap, cgroups removed, report written)
   console    8 workers x MIB of 128-byte lines, "[rank] " prefix, to /dev/null, a pipe and a
@@ -28,11 +30,12 @@ ap.add_argument("--console-mib", type=int, default=100, help="MiB each of the 8 
 ap.add_argument("--console-reps", type=int, default=5)
 ap.add_argument("--peer-reps", type=int, default=3)
 ap.add_argument("--no-peers", action="store_true")
-ap.add_argument("--only", default="launch,failure,console,rss,peers")
+ap.add_argument("--only", default="launch,fork,failure,console,rss,peers")
 args = ap.parse_args()
 only = set(args.only.split(","))
 xmprun = os.path.abspath(os.path.join(args.build, "xmprun"))
 baseline = os.path.abspath(os.path.join(args.build, "bench", "bench_baseline"))
+zygote = os.path.abspath(os.path.join(args.build, "bench", "bench_zygote"))
 tmp = tempfile.mkdtemp(prefix="xmprun-bench-")
 report = os.path.join(tmp, "report.json")
 py = "/usr/bin/python3"
@@ -130,6 +133,21 @@ if "launch" in only:
               f"{m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} {m['shm']:>7.2f} "
               f"{m['shm'] / m['floor']:>6.2f} {m['off']:>7.2f} {m['off'] / m['fork']:>6.2f} "
               f"{m['offshm']:>11.2f} {m['offshm'] / m['fork']:>6.2f}")
+
+if "fork" in only:
+    print("\n## start: fork, N workers forked from a zygote that preloads nothing, against exec mode")
+    print(f"{'N':>4} {'exec':>7} {'fork':>7} {'/exec':>6}   (ms)")
+    for n in [int(s) for s in args.sizes.split(",")]:
+        cases = {"exec": [xmprun, "-q", spec(f"bench-true-{n}", n, "[/bin/true]")],
+                 "fork": [xmprun, "-q", spec(f"bench-fork-{n}", n, f"[{zygote}]", "start: fork\n")]}
+        res = {k: [] for k in cases}
+        for _ in range(args.reps):
+            for k, cmd in cases.items():
+                t, r = run(cmd)
+                check(k, r)
+                res[k].append(t)
+        m = {k: ms(v) for k, v in res.items()}
+        print(f"{n:>4} {m['exec']:>7.2f} {m['fork']:>7.2f} {m['fork'] / m['exec']:>6.2f}")
 
 stamp = os.path.join(tmp, "stamp")
 fenv = dict(os.environ, BENCH_STAMP=stamp, BENCH_FAIL_MS="300")
