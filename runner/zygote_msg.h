@@ -20,8 +20,8 @@ enum xmp_zmsg_type {
 #define XMP_ZW_STDIN  0x1u
 #define XMP_ZW_CGROUP 0x2u /* the worker's cgroup2 directory, for CLONE_INTO_CGROUP */
 #define XMP_ZW_CPUS   0x8u
-#define XMP_ZW_TASKS  0x10u /* n_tasks v1 `tasks` files, after stdin: the child joins them itself  \
-                             */
+/* n_tasks v1 `tasks` files, after stdin: the child joins them itself */
+#define XMP_ZW_TASKS 0x10u
 /* FORKED flags */
 #define XMP_ZF_IN_UNIFIED 0x1u /* clone3 placed it in the cgroup2 directory */
 
