@@ -12,12 +12,13 @@ list=$src/tests/mutations.txt
 py=/usr/bin/python3
 work=${MUTATION_DIR:-$(mktemp -d /tmp/xmprun-mutation.XXXXXX)}
 keep_work=${MUTATION_DIR:+1}
-# A test that fails fast leaves its directory behind: the tests make theirs here, removed at
-# the end. Beside the work directory (0700), not in it: a test that acts as another uid
-# (test_state) must reach its directory.
+# A test that fails fast leaves its directory behind, and a mutant that breaks a job's end
+# leaves the job's scratch directory (TMPDIR): both go here, removed at the end. Beside the
+# work directory (0700), not in it, and as open as /tmp: a test that acts as another uid
+# (test_state) must reach its directory, and an xmprun run as another uid makes its own.
 tests_tmp=$(mktemp -d /tmp/xmprun-mutation-tests.XXXXXX)
-chmod 755 "$tests_tmp"
-export XMPRUN_TEST_TMPDIR=$tests_tmp
+chmod 1777 "$tests_tmp"
+export XMPRUN_TEST_TMPDIR=$tests_tmp TMPDIR=$tests_tmp
 cleanup() {
     rm -rf "$tests_tmp"
     [[ -n $keep_work ]] || rm -rf "$work"
