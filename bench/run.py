@@ -19,7 +19,7 @@
 
 usage: bench/run.py [BUILD_DIR] [--reps R] [--sizes 8,32,128] [--console-mib M] [--no-peers]
 """
-import argparse, os, statistics, subprocess, sys, tempfile, time
+import argparse, atexit, os, shutil, statistics, subprocess, sys, tempfile, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("build", nargs="?", default="build")
@@ -68,6 +68,8 @@ def ms(samples):
 
 
 shm = tempfile.mkdtemp(prefix="xmprun-bench-", dir="/dev/shm") if os.path.isdir("/dev/shm") else tmp
+# Also when a case fails (sys.exit): nothing of the bench's stays behind.
+atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in (tmp, shm)])
 
 
 def spec(name, n, command, extra="", report=report):
@@ -325,4 +327,3 @@ if __name__ == "__main__":
         print(f"{k:>10} {ms(lt[k]):>10.1f} {ms(ft[k]):>11.1f}")
 
 print(f"\n# load {load()} at the end")
-subprocess.run(["rm", "-rf", tmp, shm])
