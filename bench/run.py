@@ -67,6 +67,22 @@ def ms(samples):
     return statistics.median(samples) * 1000.0
 
 
+def timed(name, cmd):
+    t, r = run(cmd)
+    check(name, r)
+    return t
+
+
+def interleaved(cases, reps, measure=timed):
+    """measure(name, cmd) for every case, reps times, interleaved so that drift on the machine
+    affects all alike: name -> samples."""
+    res = {k: [] for k in cases}
+    for _ in range(reps):
+        for k, cmd in cases.items():
+            res[k].append(measure(k, cmd))
+    return res
+
+
 shm = tempfile.mkdtemp(prefix="xmprun-bench-", dir="/dev/shm") if os.path.isdir("/dev/shm") else tmp
 # Also when a case fails (sys.exit): nothing of the bench's stays behind.
 atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in (tmp, shm)])
@@ -124,13 +140,7 @@ if "launch" in only:
             "off": [xmprun, "-q", off],
             "offshm": [xmprun, "-q", off_shm],
         }
-        res = {k: [] for k in cases}
-        for _ in range(args.reps):  # interleaved, so drift affects all alike
-            for k, cmd in cases.items():
-                t, r = run(cmd)
-                check(k, r)
-                res[k].append(t)
-        m = {k: ms(v) for k, v in res.items()}
+        m = {k: ms(v) for k, v in interleaved(cases, args.reps).items()}
         print(f"{n:>4} {m['fork']:>9.2f} {m['floor']:>7.2f} {m['all']:>9.2f} {m['xmprun']:>7.2f} "
               f"{m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} {m['shm']:>7.2f} "
               f"{m['shm'] / m['floor']:>6.2f} {m['off']:>7.2f} {m['off'] / m['fork']:>6.2f} "
@@ -142,13 +152,7 @@ if "fork" in only:
     for n in [int(s) for s in args.sizes.split(",")]:
         cases = {"exec": [xmprun, "-q", spec(f"bench-true-{n}", n, "[/bin/true]")],
                  "fork": [xmprun, "-q", spec(f"bench-fork-{n}", n, f"[{zygote}]", "start: fork\n")]}
-        res = {k: [] for k in cases}
-        for _ in range(args.reps):
-            for k, cmd in cases.items():
-                t, r = run(cmd)
-                check(k, r)
-                res[k].append(t)
-        m = {k: ms(v) for k, v in res.items()}
+        m = {k: ms(v) for k, v in interleaved(cases, args.reps).items()}
         print(f"{n:>4} {m['exec']:>7.2f} {m['fork']:>7.2f} {m['fork'] / m['exec']:>6.2f}")
 
 stamp = os.path.join(tmp, "stamp")
@@ -183,10 +187,7 @@ if "failure" in only:
         "shm": [xmprun, "-q", shm_path],
         "off": [xmprun, "-q", off],
     }
-    res = {k: [] for k in cases}
-    for _ in range(args.reps):
-        for k, cmd in cases.items():
-            res[k].append(fail_latency(cmd))
+    res = interleaved(cases, args.reps, lambda k, cmd: fail_latency(cmd))
     m = {k: ms(v) for k, v in res.items()}
     print(f"{'N':>4} {'fork+exec':>9} {'floor':>7} {'floor-all':>9} {'xmprun':>7} {'/floor':>6} "
           f"{'/all':>5} {'tmpfs':>7} {'/floor':>6} {'no-cg':>7} {'/fork':>6}   (ms)")
@@ -236,10 +237,7 @@ if "console" in only:
 
     print(f"{'to':>10} {'tagger':>8} {'xmprun':>8} {'ratio':>6}   (every line checked: pipe, file)")
     for dest, fn in (("/dev/null", to_null), ("pipe", to_pipe), ("file", to_file)):
-        res = {k: [] for k in launchers}
-        for _ in range(args.console_reps):
-            for k, cmd in launchers.items():
-                res[k].append(fn(cmd))
+        res = interleaved(launchers, args.console_reps, lambda k, cmd: fn(cmd))
         rate = {k: total / statistics.median(v) for k, v in res.items()}
         print(f"{dest:>10} {rate['tagger']:>8.0f} {rate['xmprun']:>8.0f} "
               f"{rate['xmprun'] / rate['tagger']:>6.2f}")

@@ -311,8 +311,8 @@ xmp_zygote_fork_worker(struct xmp_supervisor *sv, const struct xmp_spawn_args *a
     cleanup_free char *env = NULL;
     cleanup_free void *confine = NULL;
     struct xmp_zmsg hdr = {.type = XMP_ZMSG_WORKER}, reply;
-    size_t env_len = 0, confine_len = 0, n_fds = 0, n_tasks = 0;
-    int fds[XMP_ZMSG_FDS], tasks[XMP_ZMSG_TASKS], p[2];
+    size_t env_len = 0, confine_len = 0, n_fds = 0, n_tasks = 0, first_task = 0;
+    int fds[XMP_ZMSG_FDS], p[2];
     int cgfd = a->cg != NULL ? xmp_cgroup_dirfd(a->cg) : -1;
 
     memset(out, 0, sizeof(*out));
@@ -367,13 +367,13 @@ xmp_zygote_fork_worker(struct xmp_supervisor *sv, const struct xmp_spawn_args *a
     /* The worker joins its v1 cgroups itself, as an exec-mode worker does (through `tasks`,
      * without the lock and the wait a move by pid takes: see xmp_cgroup_attach). */
     if (a->cg != NULL) {
-        int n = xmp_cgroup_open_tasks(a->cg, tasks, XMP_ZMSG_TASKS, err);
+        int n = xmp_cgroup_open_tasks(a->cg, fds + n_fds, XMP_ZMSG_TASKS, err);
         if (n < 0)
             return xmp_error_wrap(err, "join cgroup `%s`", xmp_cgroup_path(a->cg));
+        first_task = n_fds;
         n_tasks = (size_t)n;
         hdr.flags |= n_tasks > 0 ? XMP_ZW_TASKS : 0;
         hdr.n_tasks = (uint32_t)n_tasks;
-        memcpy(fds + n_fds, tasks, n_tasks * sizeof(int));
         n_fds += n_tasks;
     }
     if (cgfd >= 0) {
@@ -382,7 +382,7 @@ xmp_zygote_fork_worker(struct xmp_supervisor *sv, const struct xmp_spawn_args *a
     }
     int sent = send_worker(zy, &hdr, env, env_len + confine_len, fds, n_fds, err);
     for (size_t i = 0; i < n_tasks; i++)
-        close(tasks[i]);
+        close(fds[first_task + i]);
     if (sent < 0 || recv_forked(zy, &reply, err) < 0)
         return -1;
     if (reply.pid <= 0)
