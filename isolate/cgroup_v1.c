@@ -202,6 +202,24 @@ remove_created(struct xmp_cgroup *cg, unsigned mask)
             rmdir(cg->dir[i]);
 }
 
+/* Writes "a" to devices.deny, then each rule to devices.allow, in the directory dir. */
+static int
+write_devices(const char *dir, const struct xmp_dev_rules *rules, struct xmp_error *err)
+{
+    char line[64];
+
+    /* Deny first: a new v1 devices cgroup starts with its parent's list (usually "a *:* rwm"),
+     * and only an empty list turns it into an allowlist. */
+    if (xmp_cg_write(dir, "devices.deny", "a", err) < 0)
+        return xmp_error_wrap(err, "device filter");
+    for (size_t i = 0; i < rules->n; i++) {
+        xmp_devices_format(&rules->r[i], line, sizeof(line));
+        if (xmp_cg_write(dir, "devices.allow", line, err) < 0)
+            return xmp_error_wrap(err, "device filter: allow `%s`", line);
+    }
+    return 0;
+}
+
 static int
 v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_error *err)
 {
@@ -231,7 +249,7 @@ v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
     /* Legacy: the devices controller, whose list takes one write per rule (more than
      * libcgroup's one value per file can carry), written once the directory exists. */
     if (limits->has_devices && u < 0 &&
-        xmp_devices_write_v1(cg->dir[hier_of(lay, XMP_CG_DEVICES)], &limits->devices, err) < 0)
+        write_devices(cg->dir[hier_of(lay, XMP_CG_DEVICES)], &limits->devices, err) < 0)
         goto fail;
     m = hier_of(lay, XMP_CG_MEMORY);
     if (m >= 0 && cg->parent == NULL) {

@@ -1,15 +1,17 @@
-/* Device filtering (see devices.h): the v1 devices controller's allow list, or the same rules
- * compiled into a small eBPF program of the kind runc and crun attach on cgroup v2. */
+/* Device filtering (see devices.h): the rules, and the same rules compiled into a small eBPF
+ * program of the kind runc and crun attach on cgroup v2 (cgroup_v1.c writes them to the v1
+ * devices controller's list). Plain syscalls only, so that bench/baseline.c attaches the very
+ * program xmprun does without linking libcgroup. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "isolate/devices.h"
 
-#include "isolate/cgroup_internal.h"
 #include "isolate/cleanup.h"
 
 #include <errno.h>
 #include <linux/bpf.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -61,23 +63,6 @@ xmp_devices_format(const struct xmp_dev_rule *r, char *buf, size_t size)
         access[n++] = 'm';
     access[n] = '\0';
     snprintf(buf, size, "%c %s:%s %s", r->type, major, minor, access);
-}
-
-int
-xmp_devices_write_v1(const char *dir, const struct xmp_dev_rules *rules, struct xmp_error *err)
-{
-    char line[64];
-
-    /* Deny first: a new v1 devices cgroup starts with its parent's list (usually "a *:* rwm"),
-     * and only an empty list turns it into an allowlist. */
-    if (xmp_cg_write(dir, "devices.deny", "a", err) < 0)
-        return xmp_error_wrap(err, "device filter");
-    for (size_t i = 0; i < rules->n; i++) {
-        xmp_devices_format(&rules->r[i], line, sizeof(line));
-        if (xmp_cg_write(dir, "devices.allow", line, err) < 0)
-            return xmp_error_wrap(err, "device filter: allow `%s`", line);
-    }
-    return 0;
 }
 
 /* ---- the eBPF program ---- */

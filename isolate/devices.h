@@ -35,8 +35,6 @@ void xmp_devices_add_defaults(struct xmp_dev_rules *rules);
 /* Appends one rule; false when the list is full. */
 bool xmp_devices_add(struct xmp_dev_rules *rules, char type, int major, int minor, unsigned access);
 
-/* v1: writes "a" to devices.deny, then each rule to devices.allow, in the directory dir. */
-int xmp_devices_write_v1(const char *dir, const struct xmp_dev_rules *rules, struct xmp_error *err);
 /* A loaded BPF device program and the rules it holds (fd -1: none yet). */
 struct xmp_dev_prog {
     int fd;
