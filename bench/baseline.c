@@ -1,11 +1,18 @@
 /* The floors xmprun is measured against (bench/run.py), and the workers the benchmarks run:
  *   baseline launch N            fork+exec N children running /bin/true, wait for all
+ *   baseline launch N confined   the same, each child with no_new_privs and xmprun's default
+ *                                seccomp filter (isolate/'s, precompiled) loaded before exec
  *   baseline isolated N HIERS    the same-isolation floor: a job cgroup and one cgroup per worker
  *                                in cgroup2 (clone3 CLONE_PIDFD|CLONE_INTO_CGROUP) and in each v1
  *                                hierarchy of the comma-separated HIERS ("memory" gets a 1 GiB
  *                                limit, "pids" 4096), joined by the child before exec (through
  *                                `tasks`, as xmprun's children join); one poll()
  *                                loop over the pidfds; rmdir of every directory at the end
+ *   baseline isolated N HIERS confined
+ *                                the same, and what xmprun's default isolation adds in the
+ *                                kernel: the default seccomp filter as above, and the default
+ *                                device allowlist as one BPF program attached to every worker's
+ *                                cgroup2 directory (isolate/'s code, as xmprun does it)
  *   baseline failfast N [HIERS]  N `baseline worker` children (plain, or isolated as above); at the
  *                                first exit SIGTERM the rest, wait for them, exit with its code
  *   baseline worker              RANK 0: sleep BENCH_FAIL_MS, write CLOCK_MONOTONIC ns to
@@ -34,11 +41,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "isolate/devices.h"
+#include "isolate/seccomp.h"
+
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 
 #ifndef CLONE_INTO_CGROUP
 #define CLONE_INTO_CGROUP 0x200000000ULL
@@ -50,6 +64,22 @@
 #define LINE_LEN 128
 #define MAX_HIER 8
 
+/* "confined": every child loads xmprun's default seccomp filter before exec, as xmprun's do by
+ * default (the program the build compiled, loaded with the one call isolate/seccomp.c makes;
+ * the floor links neither libseccomp nor libcgroup, whose loading would slow its start). */
+static bool confined;
+
+static void
+confine_child(void)
+{
+    const struct xmp_scmp_prog *p = &xmp_seccomp_builtins[XMP_SCMP_DEFAULT];
+    struct sock_fprog prog = {.len = p->len, .filter = (struct sock_filter *)p->insns};
+
+    if (confined && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+                     syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0))
+        _exit(125);
+}
+
 static pid_t
 spawn(char *const argv[], int rank, int out_fd)
 {
@@ -60,6 +90,7 @@ spawn(char *const argv[], int rank, int out_fd)
         setenv("RANK", env, 1);
         if (out_fd >= 0)
             dup2(out_fd, 1);
+        confine_child();
         execv(argv[0], argv);
         _exit(127);
     }
@@ -128,6 +159,7 @@ struct floor {
     struct hier h[MAX_HIER];
     int n;
     int n_workers;
+    struct xmp_dev_prog devices; /* confined: the program every worker's cgroup2 dir gets */
 };
 
 /* Our own cgroup in the hierarchy of controller name ("" for cgroup2), from /proc/self/cgroup. */
@@ -206,6 +238,25 @@ setup_dir(const struct hier *h, const char *parent, const char *dir)
     return 0;
 }
 
+/* The default device allowlist on a worker's cgroup2 directory, the program loaded once. */
+static int
+attach_devices(struct floor *fl, const char *dir)
+{
+    struct xmp_dev_rules rules = {0};
+    struct xmp_error err = {0};
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+    xmp_devices_add_defaults(&rules);
+    if (fd < 0 || xmp_devices_attach_bpf(fd, &rules, &fl->devices, &err) < 0) {
+        fprintf(stderr, "baseline: %s: %s\n", dir, fd < 0 ? strerror(errno) : err.msg);
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
 static int
 floor_init(struct floor *fl, const char *hiers, int n_workers)
 {
@@ -216,6 +267,7 @@ floor_init(struct floor *fl, const char *hiers, int n_workers)
 
     fl->n = 0;
     fl->n_workers = n_workers;
+    fl->devices.fd = -1;
     snprintf(list, sizeof(list), "%s", hiers);
     for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok != NULL && n_names < MAX_HIER;
          tok = strtok_r(NULL, ",", &save))
@@ -244,6 +296,8 @@ floor_init(struct floor *fl, const char *hiers, int n_workers)
                 fprintf(stderr, "baseline: %s: %s\n", dir, strerror(errno));
                 return -1;
             }
+            if (confined && i == 0 && attach_devices(fl, dir) < 0)
+                return -1;
         }
     return 0;
 }
@@ -259,6 +313,7 @@ floor_remove(struct floor *fl)
         }
         rmdir(fl->h[i].job);
     }
+    xmp_devices_prog_release(&fl->devices);
 }
 
 /* clone3 into the worker's cgroup2 directory; the child joins the v1 hierarchies, then execs.
@@ -291,6 +346,7 @@ floor_spawn(struct floor *fl, int rank, char *const argv[], int *pidfd)
         for (int i = 0; i < n; i++)
             if (write(procs[i], "0", 1) != 1)
                 _exit(125);
+        confine_child();
         execv(argv[0], argv);
         _exit(127);
     }
@@ -305,7 +361,7 @@ floor_spawn(struct floor *fl, int rank, char *const argv[], int *pidfd)
 static int
 floor_run(const char *hiers, int n, char *const argv[], bool failfast)
 {
-    struct floor fl;
+    struct floor fl = {.n = 0, .devices = {.fd = -1}};
     struct pollfd *pfd = calloc((size_t)n, sizeof(*pfd));
     int first = -1, left = n;
 
@@ -520,6 +576,10 @@ main(int argc, char **argv)
         return verify(atoi(argv[2]), atol(argv[3]));
     if (argc < 3)
         return 2;
+    if (strcmp(argv[argc - 1], "confined") == 0) {
+        confined = true;
+        argc--;
+    }
     int n = atoi(argv[2]);
     pid_t *pids = calloc((size_t)n, sizeof(pid_t));
     if (pids == NULL || n < 1)

@@ -5,8 +5,11 @@
              isolation (clone3 CLONE_PIDFD|CLONE_INTO_CGROUP into a cgroup2 directory per worker, a
              v1 memory cgroup per worker with a 1 GiB limit joined before exec as xmprun's
              children join, "0" to `tasks`; one poll() loop over the pidfds, rmdir at the end);
-             also against that floor in every v1 hierarchy xmprun uses, and xmprun with cgroups
-             off against plain fork+exec
+             also against that floor in every v1 hierarchy xmprun uses (floor-all), and with
+             what xmprun's default isolation adds in the kernel besides cgroups (floor-iso: the
+             default seccomp filter in every child, the default device allowlist as a BPF
+             program on every worker's cgroup2 directory, the code xmprun uses); xmprun with
+             cgroups off against plain fork+exec, and against fork+exec with the seccomp filter
   fork       start: fork, N workers forked from a C zygote that preloads nothing (bench/zygote.c),
              against the same launch in exec mode
   failure    rank 0 fails after 300 ms, N-1 others sleep: from its last instruction to the
@@ -122,9 +125,10 @@ print(f"# floor = same isolation as xmprun (cgroup2 + v1 {floor_min or 'none'});
 
 if "launch" in only:
     print("\n## launch -> exit, N workers of /bin/true")
-    print(f"{'N':>4} {'fork+exec':>9} {'floor':>7} {'floor-all':>9} {'xmprun':>7} {'/floor':>6} "
-          f"{'/all':>5} {'tmpfs':>7} {'/floor':>6} {'no-cg':>7} {'/fork':>6} {'no-cg,tmpfs':>11} "
-          f"{'/fork':>6}   (ms)")
+    print("# floor-iso = floor-all + the default seccomp filter and device program (xmprun's defaults)")
+    print(f"{'N':>4} {'floor':>7} {'floor-all':>9} {'floor-iso':>9} {'xmprun':>7} {'/floor':>6} "
+          f"{'/all':>5} {'/iso':>5} {'tmpfs':>7} {'/iso':>5}   (ms)")
+    off_rows = []
     for n in [int(s) for s in args.sizes.split(",")]:
         path = spec(f"bench-true-{n}", n, "[/bin/true]")
         shm_path = spec(f"bench-true-shm-{n}", n, "[/bin/true]", report=os.path.join(shm, "r.json"))
@@ -133,18 +137,27 @@ if "launch" in only:
         off = spec(f"bench-true-off-{n}", n, "[/bin/true]", "isolation: {cgroups: off}\n")
         cases = {
             "fork": [baseline, "launch", str(n)],
+            "forksc": [baseline, "launch", str(n), "confined"],
             "floor": [baseline, "isolated", str(n), floor_min],
             "all": [baseline, "isolated", str(n), floor_all],
+            "iso": [baseline, "isolated", str(n), floor_all, "confined"],
             "xmprun": [xmprun, "-q", path],
             "shm": [xmprun, "-q", shm_path],
             "off": [xmprun, "-q", off],
             "offshm": [xmprun, "-q", off_shm],
         }
         m = {k: ms(v) for k, v in interleaved(cases, args.reps).items()}
-        print(f"{n:>4} {m['fork']:>9.2f} {m['floor']:>7.2f} {m['all']:>9.2f} {m['xmprun']:>7.2f} "
-              f"{m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} {m['shm']:>7.2f} "
-              f"{m['shm'] / m['floor']:>6.2f} {m['off']:>7.2f} {m['off'] / m['fork']:>6.2f} "
-              f"{m['offshm']:>11.2f} {m['offshm'] / m['fork']:>6.2f}")
+        print(f"{n:>4} {m['floor']:>7.2f} {m['all']:>9.2f} {m['iso']:>9.2f} {m['xmprun']:>7.2f} "
+              f"{m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} "
+              f"{m['xmprun'] / m['iso']:>5.2f} {m['shm']:>7.2f} {m['shm'] / m['iso']:>5.2f}")
+        off_rows.append((n, m))
+    print("\n## launch -> exit with cgroups off, against fork+exec (+seccomp: each child loads the filter)")
+    print(f"{'N':>4} {'fork+exec':>9} {'+seccomp':>8} {'no-cg':>7} {'/fork':>6} {'/+sc':>5} "
+          f"{'no-cg,tmpfs':>11} {'/+sc':>5}   (ms)")
+    for n, m in off_rows:
+        print(f"{n:>4} {m['fork']:>9.2f} {m['forksc']:>8.2f} {m['off']:>7.2f} "
+              f"{m['off'] / m['fork']:>6.2f} {m['off'] / m['forksc']:>5.2f} {m['offshm']:>11.2f} "
+              f"{m['offshm'] / m['forksc']:>5.2f}")
 
 if "fork" in only:
     print("\n## start: fork, N workers forked from a zygote that preloads nothing, against exec mode")
