@@ -10,9 +10,10 @@
  *                                loop over the pidfds; rmdir of every directory at the end
  *   baseline isolated N HIERS confined
  *                                the same, and what xmprun's default isolation adds in the
- *                                kernel: the default seccomp filter as above, and the default
+ *                                kernel: the default seccomp filter as above, the default
  *                                device allowlist as one BPF program attached to every worker's
- *                                cgroup2 directory (isolate/'s code, as xmprun does it)
+ *                                cgroup2 directory (isolate/'s code, as xmprun does it), and
+ *                                each worker's cpuset on one CPU, round robin (`cpuset: auto`)
  *   baseline failfast N [HIERS]  N `baseline worker` children (plain, or isolated as above); at the
  *                                first exit SIGTERM the rest, wait for them, exit with its code
  *   baseline worker              RANK 0: sleep BENCH_FAIL_MS, write CLOCK_MONOTONIC ns to
@@ -222,15 +223,53 @@ copy_file(const char *from, const char *to, const char *file)
     return write_file(to, file, buf);
 }
 
-/* A v1 directory gets what it needs to be joinable (cpuset) and the limits xmprun sets. */
+/* The cpu-th CPU (round robin) of a cpuset list such as "0-3,8": a worker's CPU when confined,
+ * as xmprun's default (`cpuset: auto`) splits the CPUs it may use evenly among the workers. */
 static int
-setup_dir(const struct hier *h, const char *parent, const char *dir)
+nth_cpu(const char *list, int nth)
+{
+    int cpus[1024], n = 0;
+
+    for (const char *p = list; *p != '\0' && n < 1024;) {
+        char *end;
+        long lo = strtol(p, &end, 10), hi = lo;
+        if (end == p)
+            break;
+        if (*end == '-')
+            hi = strtol(end + 1, &end, 10);
+        for (long c = lo; c <= hi && n < 1024; c++)
+            cpus[n++] = (int)c;
+        p = *end == ',' ? end + 1 : end;
+        if (*p == '\n')
+            break;
+    }
+    return n > 0 ? cpus[nth % n] : -1;
+}
+
+/* A v1 directory gets what it needs to be joinable (cpuset) and the limits xmprun sets; a
+ * confined worker's cpuset (rank >= 0) holds one CPU of its parent's. */
+static int
+setup_dir(const struct hier *h, const char *parent, const char *dir, int rank)
 {
     if (mkdir(dir, 0755) < 0)
         return -1;
-    if (strcmp(h->name, "cpuset") == 0 &&
-        (copy_file(parent, dir, "cpuset.cpus") < 0 || copy_file(parent, dir, "cpuset.mems") < 0))
+    if (strcmp(h->name, "cpuset") == 0 && confined && rank >= 0) {
+        char list[4096] = "", path[4200], cpu[16];
+        snprintf(path, sizeof(path), "%s/cpuset.cpus", parent);
+        FILE *f = fopen(path, "re");
+        if (f == NULL || fgets(list, sizeof(list), f) == NULL) {
+            if (f != NULL)
+                fclose(f);
+            return -1;
+        }
+        fclose(f);
+        snprintf(cpu, sizeof(cpu), "%d", nth_cpu(list, rank));
+        if (write_file(dir, "cpuset.cpus", cpu) < 0 || copy_file(parent, dir, "cpuset.mems") < 0)
+            return -1;
+    } else if (strcmp(h->name, "cpuset") == 0 && (copy_file(parent, dir, "cpuset.cpus") < 0 ||
+                                                  copy_file(parent, dir, "cpuset.mems") < 0)) {
         return -1;
+    }
     if (strcmp(h->name, "memory") == 0 && write_file(dir, "memory.limit_in_bytes", "1073741824"))
         return -1;
     if (strcmp(h->name, "pids") == 0 && write_file(dir, "pids.max", "4096") < 0)
@@ -282,7 +321,7 @@ floor_init(struct floor *fl, const char *hiers, int n_workers)
         }
         snprintf(base, sizeof(base), "/sys/fs/cgroup%s%s%s", mnt[0] ? "/" : "", mnt, own);
         snprintf(h->job, sizeof(h->job), "%s/bench-floor-%d", base, (int)getpid());
-        if (setup_dir(h, base, h->job) < 0) {
+        if (setup_dir(h, base, h->job, -1) < 0) {
             fprintf(stderr, "baseline: %s: %s\n", h->job, strerror(errno));
             return -1;
         }
@@ -292,7 +331,7 @@ floor_init(struct floor *fl, const char *hiers, int n_workers)
         for (int i = 0; i < fl->n; i++) {
             char dir[4200];
             snprintf(dir, sizeof(dir), "%s/worker-%d", fl->h[i].job, w);
-            if (setup_dir(&fl->h[i], fl->h[i].job, dir) < 0) {
+            if (setup_dir(&fl->h[i], fl->h[i].job, dir, w) < 0) {
                 fprintf(stderr, "baseline: %s: %s\n", dir, strerror(errno));
                 return -1;
             }

@@ -6,10 +6,11 @@
              v1 memory cgroup per worker with a 1 GiB limit joined before exec as xmprun's
              children join, "0" to `tasks`; one poll() loop over the pidfds, rmdir at the end);
              also against that floor in every v1 hierarchy xmprun uses (floor-all), and with
-             what xmprun's default isolation adds in the kernel besides cgroups (floor-iso: the
-             default seccomp filter in every child, the default device allowlist as a BPF
-             program on every worker's cgroup2 directory, the code xmprun uses); xmprun with
-             cgroups off against plain fork+exec, and against fork+exec with the seccomp filter
+             the rest of xmprun's default isolation (floor-iso: the default seccomp filter in
+             every child, the default device allowlist as a BPF program on every worker's
+             cgroup2 directory, the code xmprun uses, and each worker's cpuset on one CPU, round
+             robin, as `cpuset: auto` splits them); xmprun with cgroups off against plain
+             fork+exec, and against fork+exec with the seccomp filter
   fork       start: fork, N workers forked from a C zygote that preloads nothing (bench/zygote.c),
              against the same launch in exec mode
   failure    rank 0 fails after 300 ms, N-1 others sleep: from its last instruction to the
@@ -125,7 +126,8 @@ print(f"# floor = same isolation as xmprun (cgroup2 + v1 {floor_min or 'none'});
 
 if "launch" in only:
     print("\n## launch -> exit, N workers of /bin/true")
-    print("# floor-iso = floor-all + the default seccomp filter and device program (xmprun's defaults)")
+    print("# floor-iso = floor-all + the default seccomp filter and device program, and each worker's cpuset\n"
+          "# on one CPU, round robin (xmprun\x27s defaults)")
     print(f"{'N':>4} {'floor':>7} {'floor-all':>9} {'floor-iso':>9} {'xmprun':>7} {'/floor':>6} "
           f"{'/all':>5} {'/iso':>5} {'tmpfs':>7} {'/iso':>5}   (ms)")
     off_rows = []
