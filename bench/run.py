@@ -126,8 +126,8 @@ print(f"# floor = same isolation as xmprun (cgroup2 + v1 {floor_min or 'none'});
 
 if "launch" in only:
     print("\n## launch -> exit, N workers of /bin/true")
-    print("# floor-iso = floor-all + the default seccomp filter and device program, and each worker's cpuset\n"
-          "# on one CPU, round robin (xmprun\x27s defaults)")
+    print("# floor-iso = floor-all + the default seccomp filter and device program, and each\n"
+          "# worker's cpuset on one CPU, round robin (xmprun's defaults)")
     print(f"{'N':>4} {'floor':>7} {'floor-all':>9} {'floor-iso':>9} {'xmprun':>7} {'/floor':>6} "
           f"{'/all':>5} {'/iso':>5} {'tmpfs':>7} {'/iso':>5}   (ms)")
     off_rows = []
