@@ -14,7 +14,8 @@
  *                                device allowlist as one BPF program attached to every worker's
  *                                cgroup2 directory (isolate/'s code, as xmprun does it), and
  *                                each worker's cpuset on one CPU, round robin (`cpuset: auto`)
- *   baseline failfast N [HIERS]  N `baseline worker` children (plain, or isolated as above); at the
+ *   baseline failfast N [HIERS [confined]]
+ *                                N `baseline worker` children (plain, or isolated as above); at the
  *                                first exit SIGTERM the rest, wait for them, exit with its code
  *   baseline worker              RANK 0: sleep BENCH_FAIL_MS, write CLOCK_MONOTONIC ns to
  *                                BENCH_STAMP, exit 1; other ranks: sleep 60 s

@@ -198,17 +198,20 @@ if "failure" in only:
         "fork": [baseline, "failfast", str(n)],
         "floor": [baseline, "failfast", str(n), floor_min],
         "all": [baseline, "failfast", str(n), floor_all],
+        "iso": [baseline, "failfast", str(n), floor_all, "confined"],
         "xmprun": [xmprun, "-q", path],
         "shm": [xmprun, "-q", shm_path],
         "off": [xmprun, "-q", off],
     }
     res = interleaved(cases, args.reps, lambda k, cmd: fail_latency(cmd))
     m = {k: ms(v) for k, v in res.items()}
-    print(f"{'N':>4} {'fork+exec':>9} {'floor':>7} {'floor-all':>9} {'xmprun':>7} {'/floor':>6} "
-          f"{'/all':>5} {'tmpfs':>7} {'/floor':>6} {'no-cg':>7} {'/fork':>6}   (ms)")
-    print(f"{n:>4} {m['fork']:>9.2f} {m['floor']:>7.2f} {m['all']:>9.2f} {m['xmprun']:>7.2f} "
-          f"{m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} {m['shm']:>7.2f} "
-          f"{m['shm'] / m['floor']:>6.2f} {m['off']:>7.2f} {m['off'] / m['fork']:>6.2f}")
+    print(f"{'N':>4} {'fork+exec':>9} {'floor':>7} {'floor-all':>9} {'floor-iso':>9} {'xmprun':>7} "
+          f"{'/floor':>6} {'/all':>5} {'/iso':>5} {'tmpfs':>7} {'/iso':>5} {'no-cg':>7} {'/fork':>6}"
+          "   (ms)")
+    print(f"{n:>4} {m['fork']:>9.2f} {m['floor']:>7.2f} {m['all']:>9.2f} {m['iso']:>9.2f} "
+          f"{m['xmprun']:>7.2f} {m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} "
+          f"{m['xmprun'] / m['iso']:>5.2f} {m['shm']:>7.2f} {m['shm'] / m['iso']:>5.2f} "
+          f"{m['off']:>7.2f} {m['off'] / m['fork']:>6.2f}")
 
 if "console" in only:
     mib = args.console_mib
