@@ -1014,13 +1014,15 @@ prepare_run(struct xmp_supervisor *sv)
 static void
 write_state(struct xmp_supervisor *sv)
 {
-    cleanup_free pid_t *pids = calloc(sv->n_workers + 1, sizeof(pid_t));
+    cleanup_free struct xmp_state_proc *procs = calloc(sv->n_workers + 1, sizeof(*procs));
     struct xmp_error err = {0};
 
-    if (pids == NULL)
+    if (procs == NULL)
         return;
-    for (size_t i = 0; i < sv->n_workers; i++)
-        pids[i] = sv->workers[i].pid;
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        procs[i].pid = sv->workers[i].pid;
+        procs[i].start = sv->workers[i].spawned.start_ticks;
+    }
     const char *dirs[16];
     size_t n_dirs = sv->job_cg != NULL ? xmp_cgroup_dirs(sv->job_cg, dirs, 16) : 0;
     char leaf[1024];
@@ -1028,7 +1030,7 @@ write_state(struct xmp_supervisor *sv)
 
     if (xmp_state_write(sv->state_dir, sv->plan.cgroup_name, sv->mode,
                         sv->job_cg != NULL ? xmp_cgroup_path(sv->job_cg) : NULL, dirs, n_dirs,
-                        in_leaf ? leaf : NULL, sv->plan.run_dir, pids, sv->n_workers, &err) == 0) {
+                        in_leaf ? leaf : NULL, sv->plan.run_dir, procs, sv->n_workers, &err) == 0) {
         sv->state_written = true;
     } else if (!sv->state_warned && !xmp_quiet(sv)) {
         /* Said once, not only with -v: without it, a SIGKILLed xmprun's leftovers are lost to

@@ -22,6 +22,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef CLONE_INTO_CGROUP
@@ -362,6 +363,20 @@ child_stack(struct xmp_error *err)
     return stack;
 }
 
+/* CLOCK_BOOTTIME in the clock ticks of /proc/<pid>/stat's start time: the kernel stamps a new
+ * process with the boot clock in nanoseconds and shows it divided down to USER_HZ. */
+static unsigned long long
+boot_ticks(void)
+{
+    struct timespec ts;
+    long hz = sysconf(_SC_CLK_TCK);
+
+    if (hz <= 0 || 1000000000L % hz != 0 || clock_gettime(CLOCK_BOOTTIME, &ts) < 0)
+        return 0;
+    return ((unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec) /
+           (unsigned long long)(1000000000L / hz);
+}
+
 int
 xmp_spawn(const struct xmp_spawn_args *a, struct xmp_spawned *out, struct xmp_error *err)
 {
@@ -377,6 +392,10 @@ xmp_spawn(const struct xmp_spawn_args *a, struct xmp_spawned *out, struct xmp_er
     out->gate_fd = -1;
     if ((stack = child_stack(err)) == NULL)
         return -1;
+    /* The child is stamped while clone runs: when the clock shows the same tick before and
+     * after, that tick is its start time, and the state file (which names it by pid and start
+     * time) need not read it back from /proc, 15 us a worker. */
+    unsigned long long before = boot_ticks();
 
 #if defined(__x86_64__)
     /* The child shares this process's memory and runs until it execs or exits while this one
@@ -405,6 +424,8 @@ xmp_spawn(const struct xmp_spawn_args *a, struct xmp_spawned *out, struct xmp_er
     int saved = errno;
     if (pid < 0)
         return xmp_error_set(err, saved, "clone");
+    if (before != 0 && boot_ticks() == before)
+        out->start_ticks = before;
 
     if (pidfd < 0)
         pidfd = (int)syscall(SYS_pidfd_open, pid, 0);

@@ -43,6 +43,9 @@ struct xmp_spawned {
     size_t status_got;          /* bytes of child_err read so far */
     bool exec_failed;           /* the child reported child_err and exits 127/126/125 */
     struct xmp_error child_err; /* "exec `nosuch`: No such file or directory" */
+    /* Its start time as field 22 of /proc/<pid>/stat gives it (clock ticks since boot), when
+     * xmp_spawn could tell it without reading that file; 0 when not known. */
+    unsigned long long start_ticks;
 };
 
 /* Resolves argv0 the way execvp would, against the PATH in envp (or a default), so that the

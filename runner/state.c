@@ -105,8 +105,8 @@ xmp_proc_start_time(pid_t pid, unsigned long long *out)
 int
 xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode mode,
                 const char *cgroup_path, const char *const *cgroup_dirs, size_t n_dirs,
-                const char *self_leaf, const char *run_dir, const pid_t *pids, size_t n_pids,
-                struct xmp_error *err)
+                const char *self_leaf, const char *run_dir, const struct xmp_state_proc *procs,
+                size_t n_procs, struct xmp_error *err)
 {
     cleanup_free char *path = NULL;
     cleanup_free char *text = NULL;
@@ -119,12 +119,12 @@ xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode m
         return -1;
     }
     xmp_proc_start_time(getpid(), &start);
-    for (size_t i = 0; i < n_pids; i++) {
-        unsigned long long st = 0;
-        if (pids[i] <= 0 || xmp_proc_start_time(pids[i], &st) < 0)
+    for (size_t i = 0; i < n_procs; i++) {
+        unsigned long long st = procs[i].start;
+        if (procs[i].pid <= 0 || (st == 0 && xmp_proc_start_time(procs[i].pid, &st) < 0))
             continue;
-        json_array_append_new(
-            workers, json_pack("{s:i, s:I}", "pid", (int)pids[i], "start_time", (json_int_t)st));
+        json_array_append_new(workers, json_pack("{s:i, s:I}", "pid", (int)procs[i].pid,
+                                                 "start_time", (json_int_t)st));
     }
     /* Where the job's directories are, in every hierarchy: gc may run from another cgroup
      * (a login shell, a cron job) than the one this xmprun ran in (a Slurm step's). */

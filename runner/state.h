@@ -19,14 +19,21 @@ const char *xmp_state_dir(char *const *environ, char *buf, size_t size);
  * uniquely, so a recycled pid is not mistaken for the owner. */
 int xmp_proc_start_time(pid_t pid, unsigned long long *out);
 
-/* Writes (atomically, replacing) <dir>/<cgroup_name>.json for the current process: the job's
- * cgroup directories in every hierarchy (absolute paths, so that gc finds them from anywhere),
- * self_leaf (may be NULL), the cgroup v2 leaf xmprun moved itself into, and run_dir (may be
- * NULL), the job's scratch directory; gc removes them all once the owner is dead. */
+/* A worker the state file names: its pid and start time (xmp_proc_start_time's; 0 when the
+ * caller does not know it, and it is read from /proc). */
+struct xmp_state_proc {
+    pid_t pid;
+    unsigned long long start;
+};
+
+/* Writes (atomically, replacing) <dir>/<cgroup_name>.json for the current process: its workers,
+ * the job's cgroup directories in every hierarchy (absolute paths, so that gc finds them from
+ * anywhere), self_leaf (may be NULL), the cgroup v2 leaf xmprun moved itself into, and run_dir
+ * (may be NULL), the job's scratch directory; gc removes them all once the owner is dead. */
 int xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mode mode,
                     const char *cgroup_path, const char *const *cgroup_dirs, size_t n_dirs,
-                    const char *self_leaf, const char *run_dir, const pid_t *pids, size_t n_pids,
-                    struct xmp_error *err);
+                    const char *self_leaf, const char *run_dir, const struct xmp_state_proc *procs,
+                    size_t n_procs, struct xmp_error *err);
 void xmp_state_remove(const char *dir, const char *cgroup_name);
 
 /* Kills and removes what orphaned jobs left: by their state files (their processes by pid and

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #endif
 #include "runner/spawn.h"
+#include "runner/state.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -114,6 +115,33 @@ Test(spawn, not_executable_reports_126, .timeout = 10)
     cr_assert_not_null(strstr(sp.child_err.msg, "Permission denied"), "%s", sp.child_err.msg);
     cr_assert_eq(reap(&sp, &si), 0);
     cr_assert_eq(si.si_status, 126);
+}
+
+/* The start time xmp_spawn tells from the clock is the one /proc shows, when it tells one:
+ * the state file names workers by it, and gc would leave one it got wrong alone. */
+Test(spawn, start_time_matches_proc, .timeout = 20)
+{
+    char *argv[] = {"/bin/true", NULL};
+    int known = 0;
+
+    for (int i = 0; i < 40; i++) {
+        struct xmp_spawned sp;
+        unsigned long long proc = 0;
+        siginfo_t si;
+
+        spawn_argv(argv, NULL, -1, NULL, &sp);
+        /* Exited or not, it is not reaped yet: /proc still shows it. */
+        cr_assert_eq(xmp_proc_start_time(sp.pid, &proc), 0);
+        if (sp.start_ticks != 0) {
+            cr_assert_eq(sp.start_ticks, proc, "spawn %d: %llu from the clock, %llu in /proc", i,
+                         sp.start_ticks, proc);
+            known++;
+        }
+        cr_assert_eq(reap(&sp, &si), 0);
+        close(sp.pidfd);
+    }
+    /* Unknown only when a clock tick (10 ms) passed during the clone: rarely. */
+    cr_assert_geq(known, 20, "the start time was known for %d of 40 workers", known);
 }
 
 Test(spawn, child_gets_env_argv_group_and_affinity, .timeout = 10)

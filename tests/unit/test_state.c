@@ -132,7 +132,7 @@ Test(state, gc_kills_the_workers_of_a_dead_owner, .timeout = 30)
 
     /* A live job: this process, written through the real writer. */
     cr_assert_eq(xmp_state_write(dir, "xmprun-live-1-bbbbbb", XMP_CGROUP_MODE_NONE, NULL, NULL, 0,
-                                 NULL, NULL, &stranger, 1, &err),
+                                 NULL, NULL, &(struct xmp_state_proc){stranger, 0}, 1, &err),
                  0, "%s", err.msg);
 
     cr_assert_geq(xmp_state_gc(dir, &err), 1, "%s", err.msg);
