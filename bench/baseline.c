@@ -33,9 +33,14 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "isolate/devices.h"
+#include "isolate/seccomp.h"
+
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
 #include <linux/sched.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -49,12 +54,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#include "isolate/devices.h"
-#include "isolate/seccomp.h"
-
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 
 #ifndef CLONE_INTO_CGROUP
 #define CLONE_INTO_CGROUP 0x200000000ULL

@@ -121,13 +121,13 @@ print(f"# xmprun bench: {os.uname().nodename}, {os.cpu_count()} CPUs, load {load
       f"{args.reps} reps interleaved, medians")
 print("# tmpfs = xmprun with its report on /dev/shm: what the report's two fsyncs (file and directory)\n"
       "# cost on this disk; every other xmprun column writes it to a disk directory, durably")
-print(f"# floor = same isolation as xmprun (cgroup2 + v1 {floor_min or 'none'}); "
-      f"floor-all = cgroup2 + v1 {floor_all or 'none'} (every hierarchy xmprun uses)")
+print(f"# floor = cgroup2 + v1 {floor_min or 'none'} (the limit); "
+      f"floor-all = cgroup2 + v1 {floor_all or 'none'} (every hierarchy xmprun uses);\n"
+      "# floor-iso = floor-all + the rest of xmprun's default isolation (its seccomp filter and\n"
+      "# device program, each worker's cpuset on one CPU)")
 
 if "launch" in only:
     print("\n## launch -> exit, N workers of /bin/true")
-    print("# floor-iso = floor-all + the default seccomp filter and device program, and each\n"
-          "# worker's cpuset on one CPU, round robin (xmprun's defaults)")
     print(f"{'N':>4} {'floor':>7} {'floor-all':>9} {'floor-iso':>9} {'xmprun':>7} {'/floor':>6} "
           f"{'/all':>5} {'/iso':>5} {'tmpfs':>7} {'/iso':>5}   (ms)")
     off_rows = []
