@@ -14,8 +14,9 @@
  * the whole 9 minutes here, never reproduced in 8 runs on the host). So regrtest runs it in a
  * child with a 200 s timeout (a hang dumps every thread's stack to the log and kills that
  * child) and reruns a failed module once in verbose mode (-w). What the profile or the filter
- * breaks fails both times; a rerun that passed is shown as a warning with the first run's
- * output, so a flake is seen, not hidden. */
+ * breaks fails both times; a rerun that passed is logged with the first run's output, so a
+ * flake is seen, not hidden. Logged as info: Criterion exits 1 after any cr_log_warn, even
+ * when every test passed (a CI run whose rerun passed was red for it). */
 Test(python, multiprocessing_test_suite_passes_under_default, .timeout = 600)
 {
     struct e2e e;
@@ -41,7 +42,7 @@ Test(python, multiprocessing_test_suite_passes_under_default, .timeout = 600)
     cr_assert_not_null(result, "%s", out ? out : "(none)");
     cr_assert_not_null(strstr(result, "SUCCESS"), "%s", out);
     if (strstr(result, "FAILURE then SUCCESS"))
-        cr_log_warn("CPython's suite failed once and passed on its rerun; first run:\n%.4000s",
+        cr_log_info("CPython's suite failed once and passed on its rerun; first run:\n%.4000s",
                     out);
     free(out);
     free(log);
