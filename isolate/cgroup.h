@@ -255,8 +255,11 @@ int xmp_cgroup_format_cpu_max(int64_t cpus_milli, char *buf, size_t size);
 /* memory.memsw.limit_in_bytes for a memory limit and swap on top: -1 (unlimited) when either
  * is unlimited or the sum overflows. */
 int64_t xmp_cgroup_memsw(int64_t memory, int64_t swap);
-/* Linux list format ("0-3,8"); "" for an empty set. Returns 0, -1 if buf is too small. */
-int xmp_cgroup_format_cpuset(const cpu_set_t *set, char *buf, size_t size);
+/* Linux list format ("0-3,8,10-11") <-> cpu_set_t. Parse returns -1 on a malformed list;
+ * format gives "" for an empty set, and returns -1 when buf is too small (what it holds then
+ * ends at the last whole range). */
+int xmp_cpulist_parse(const char *text, cpu_set_t *out, struct xmp_error *err);
+int xmp_cpulist_format(const cpu_set_t *set, char *buf, size_t size);
 /* cpuacct.stat ticks (USER_HZ) to microseconds. */
 int64_t xmp_cgroup_ticks_to_usec(int64_t ticks, long hz);
 

@@ -1,10 +1,12 @@
 /* cgroups, the pure part: mode names, the /proc/<pid>/cgroup and mountinfo parsers, joining a
- * cgroup path with its mount, and the limits' kernel text. No I/O, so unit tests cover it all. */
+ * cgroup path with its mount, the limits' kernel text and the CPU list format. No I/O, so unit
+ * tests cover it all. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* cpu_set_t macros */
 #endif
 #include "isolate/cgroup.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -360,24 +362,94 @@ xmp_cgroup_memsw(int64_t memory, int64_t swap)
     return memory + swap;
 }
 
-int
-xmp_cgroup_format_cpuset(const cpu_set_t *set, char *buf, size_t size)
+static int
+parse_cpu_number(const char **p, long *out)
 {
-    size_t o = 0;
+    char *end = NULL;
 
+    if (!isdigit((unsigned char)**p))
+        return -1;
+    errno = 0;
+    *out = strtol(*p, &end, 10);
+    if (errno != 0 || *out >= CPU_SETSIZE)
+        return -1;
+    *p = end;
+    return 0;
+}
+
+int
+xmp_cpulist_parse(const char *text, cpu_set_t *out, struct xmp_error *err)
+{
+    const char *p = text;
+    cpu_set_t set;
+
+    CPU_ZERO(&set);
+    while (isspace((unsigned char)*p))
+        p++;
+    /* The kernel writes an empty list (just "\n") for a node or device without CPUs. */
+    while (*p != '\0' && !isspace((unsigned char)*p)) {
+        long lo = 0, hi = 0;
+        const char *start = p;
+
+        if (parse_cpu_number(&p, &lo) < 0)
+            return xmp_error_set(err, 0,
+                                 "bad CPU list \"%s\": expected a CPU number (0-%d) at \"%s\"",
+                                 text, CPU_SETSIZE - 1, start);
+        hi = lo;
+        if (*p == '-') {
+            p++;
+            if (parse_cpu_number(&p, &hi) < 0)
+                return xmp_error_set(err, 0,
+                                     "bad CPU list \"%s\": expected a CPU number (0-%d) after '-'",
+                                     text, CPU_SETSIZE - 1);
+            if (hi < lo)
+                return xmp_error_set(err, 0, "bad CPU list \"%s\": range %ld-%ld is reversed", text,
+                                     lo, hi);
+        }
+        for (long c = lo; c <= hi; c++)
+            CPU_SET((int)c, &set);
+        if (*p == ',') {
+            p++;
+            if (*p == '\0' || isspace((unsigned char)*p))
+                return xmp_error_set(err, 0, "bad CPU list \"%s\": trailing ','", text);
+        } else if (*p != '\0' && !isspace((unsigned char)*p)) {
+            return xmp_error_set(err, 0, "bad CPU list \"%s\": unexpected '%c'", text, *p);
+        }
+    }
+    while (isspace((unsigned char)*p))
+        p++;
+    if (*p != '\0')
+        return xmp_error_set(err, 0, "bad CPU list \"%s\": unexpected text after the list", text);
+    *out = set;
+    return 0;
+}
+
+int
+xmp_cpulist_format(const cpu_set_t *set, char *buf, size_t size)
+{
+    size_t len = 0;
+
+    if (size == 0)
+        return -1;
     buf[0] = '\0';
-    for (int i = 0; i < CPU_SETSIZE; i++) {
-        if (!CPU_ISSET(i, set))
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        int hi = c;
+        int n;
+
+        if (!CPU_ISSET(c, set))
             continue;
-        int j = i;
-        while (j + 1 < CPU_SETSIZE && CPU_ISSET(j + 1, set))
-            j++;
-        int n = j == i ? snprintf(buf + o, size - o, "%s%d", o ? "," : "", i)
-                       : snprintf(buf + o, size - o, "%s%d-%d", o ? "," : "", i, j);
-        if (n < 0 || (size_t)n >= size - o)
+        while (hi + 1 < CPU_SETSIZE && CPU_ISSET(hi + 1, set))
+            hi++;
+        if (hi == c)
+            n = snprintf(buf + len, size - len, "%s%d", len ? "," : "", c);
+        else
+            n = snprintf(buf + len, size - len, "%s%d-%d", len ? "," : "", c, hi);
+        if (n < 0 || (size_t)n >= size - len) {
+            buf[len] = '\0'; /* truncated: never leave half a range behind */
             return -1;
-        o += (size_t)n;
-        i = j;
+        }
+        len += (size_t)n;
+        c = hi;
     }
     return 0;
 }

@@ -77,7 +77,7 @@ v1_values(const struct xmp_cgroup *cg, const struct xmp_limits *l, unsigned mask
     if ((i = hier_of(lay, XMP_CG_CPUSET)) >= 0 && (mask & (1u << i))) {
         char cpus[1024], pdir[XMP_CG_PATH];
         if (l->has_cpus) {
-            if (xmp_cgroup_format_cpuset(&l->cpus, cpus, sizeof(cpus)) < 0)
+            if (xmp_cpulist_format(&l->cpus, cpus, sizeof(cpus)) < 0)
                 return xmp_error_set(err, ENAMETOOLONG, "cpuset too long");
         } else {
             xmp_cg_parent_dir(cg->dir[i], pdir, sizeof(pdir));

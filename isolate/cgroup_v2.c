@@ -256,7 +256,7 @@ v2_values(struct xmp_cgroup *cg, const struct xmp_limits *l, struct xmp_cg_value
                                  "a cpuset is asked for but the cpuset controller is not "
                                  "delegated to `%s`; set resources.worker.cpuset: none",
                                  dir);
-        if (xmp_cgroup_format_cpuset(&l->cpus, cpus, sizeof(cpus)) < 0)
+        if (xmp_cpulist_format(&l->cpus, cpus, sizeof(cpus)) < 0)
             return xmp_error_set(err, ENAMETOOLONG, "cpuset too long");
         if (cg->parent == NULL || !lay->caps.mems_known) {
             char mems[sizeof(lay->caps.mems)];

@@ -5,6 +5,7 @@
 #ifndef XMP_HOST_H
 #define XMP_HOST_H
 
+#include "isolate/cgroup.h" /* xmp_cpulist_parse, xmp_cpulist_format */
 #include "isolate/error.h"
 
 #include <sched.h>
@@ -80,10 +81,6 @@ struct xmp_host {
  * dlopen only for the real root. */
 int xmp_host_discover(const char *root, struct xmp_host *out, struct xmp_error *err);
 void xmp_host_free(struct xmp_host *host);
-
-/* Linux list format ("0-3,8,10-11") <-> cpu_set_t. Parse returns -1 on a malformed list. */
-int xmp_cpulist_parse(const char *text, cpu_set_t *out, struct xmp_error *err);
-void xmp_cpulist_format(const cpu_set_t *set, char *buf, size_t size);
 
 /* The TPU generation ("v4", "v5e", ...) of a Google PCI device id, or NULL when the id is not a
  * TPU chip that torch_xla recognises. */

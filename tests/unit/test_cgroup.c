@@ -301,7 +301,7 @@ Test(limits, cpuset_list)
     char buf[64];
 
     CPU_ZERO(&s);
-    cr_assert_eq(xmp_cgroup_format_cpuset(&s, buf, sizeof(buf)), 0);
+    cr_assert_eq(xmp_cpulist_format(&s, buf, sizeof(buf)), 0);
     cr_expect_str_eq(buf, "");
     CPU_SET(0, &s);
     CPU_SET(1, &s);
@@ -310,14 +310,14 @@ Test(limits, cpuset_list)
     CPU_SET(8, &s);
     CPU_SET(10, &s);
     CPU_SET(11, &s);
-    cr_assert_eq(xmp_cgroup_format_cpuset(&s, buf, sizeof(buf)), 0);
+    cr_assert_eq(xmp_cpulist_format(&s, buf, sizeof(buf)), 0);
     cr_expect_str_eq(buf, "0-3,8,10-11");
     CPU_ZERO(&s);
     CPU_SET(CPU_SETSIZE - 1, &s);
-    cr_assert_eq(xmp_cgroup_format_cpuset(&s, buf, sizeof(buf)), 0);
+    cr_assert_eq(xmp_cpulist_format(&s, buf, sizeof(buf)), 0);
     cr_expect_str_eq(buf, "1023");
     CPU_SET(0, &s);
-    cr_expect_eq(xmp_cgroup_format_cpuset(&s, buf, 4), -1);
+    cr_expect_eq(xmp_cpulist_format(&s, buf, 4), -1);
 }
 
 Test(limits, ticks_to_usec)
