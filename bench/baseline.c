@@ -33,6 +33,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "isolate/cgroup.h"
 #include "isolate/devices.h"
 #include "isolate/seccomp.h"
 
@@ -208,42 +209,42 @@ write_file(const char *dir, const char *file, const char *value)
 }
 
 static int
-copy_file(const char *from, const char *to, const char *file)
+read_file(const char *dir, const char *file, char *buf, size_t size)
 {
-    char path[4200], buf[4096];
-    snprintf(path, sizeof(path), "%s/%s", from, file);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    ssize_t n = read(fd, buf, size - 1);
     close(fd);
     if (n <= 0)
         return -1;
     buf[n] = '\0';
-    return write_file(to, file, buf);
+    return 0;
 }
 
-/* The cpu-th CPU (round robin) of a cpuset list such as "0-3,8": a worker's CPU when confined,
+static int
+copy_file(const char *from, const char *to, const char *file)
+{
+    char buf[4096];
+    return read_file(from, file, buf, sizeof(buf)) < 0 ? -1 : write_file(to, file, buf);
+}
+
+/* The nth CPU (round robin) of a cpuset list such as "0-3,8", -1 if none: a confined worker's,
  * as xmprun's default (`cpuset: auto`) splits the CPUs it may use evenly among the workers. */
 static int
 nth_cpu(const char *list, int nth)
 {
-    int cpus[1024], n = 0;
+    cpu_set_t set;
+    int n;
 
-    for (const char *p = list; *p != '\0' && n < 1024;) {
-        char *end;
-        long lo = strtol(p, &end, 10), hi = lo;
-        if (end == p)
-            break;
-        if (*end == '-')
-            hi = strtol(end + 1, &end, 10);
-        for (long c = lo; c <= hi && n < 1024; c++)
-            cpus[n++] = (int)c;
-        p = *end == ',' ? end + 1 : end;
-        if (*p == '\n')
-            break;
-    }
-    return n > 0 ? cpus[nth % n] : -1;
+    if (xmp_cpulist_parse(list, &set, NULL) < 0 || (n = CPU_COUNT(&set)) == 0)
+        return -1;
+    for (int c = 0, seen = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set) && seen++ == nth % n)
+            return c;
+    return -1;
 }
 
 /* A v1 directory gets what it needs to be joinable (cpuset) and the limits xmprun sets; a
@@ -254,15 +255,9 @@ setup_dir(const struct hier *h, const char *parent, const char *dir, int rank)
     if (mkdir(dir, 0755) < 0)
         return -1;
     if (strcmp(h->name, "cpuset") == 0 && confined && rank >= 0) {
-        char list[4096] = "", path[4200], cpu[16];
-        snprintf(path, sizeof(path), "%s/cpuset.cpus", parent);
-        FILE *f = fopen(path, "re");
-        if (f == NULL || fgets(list, sizeof(list), f) == NULL) {
-            if (f != NULL)
-                fclose(f);
+        char list[4096], cpu[16];
+        if (read_file(parent, "cpuset.cpus", list, sizeof(list)) < 0)
             return -1;
-        }
-        fclose(f);
         snprintf(cpu, sizeof(cpu), "%d", nth_cpu(list, rank));
         if (write_file(dir, "cpuset.cpus", cpu) < 0 || copy_file(parent, dir, "cpuset.mems") < 0)
             return -1;

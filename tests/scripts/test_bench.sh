@@ -21,7 +21,8 @@ if [ $rc -ne 0 ]; then
 fi
 # A section's header, then the first field of a row it must have printed (N, or the console's
 # destination).
-for want in "## launch -> exit, N|2" "## launch -> exit with|2" "## start: fork|2" "## failure|4" "## console|/dev/null" \
+for want in "## launch -> exit, N|2" "## launch -> exit with|2" "## start: fork|2" \
+    "## failure|4" "## console|/dev/null" \
     "## console|pipe" "## console|file"; do
     section=${want%%|*}
     row=${want#*|}
