@@ -8,6 +8,7 @@
 
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
+#include "runner/peer.h"
 #include "runner/spawn.h"
 #include "runner/state.h"
 
@@ -214,6 +215,8 @@ arm_timer(struct xmp_supervisor *sv)
         next = sv->deadline_ns;
     if (sv->kill_at_ns > 0 && (next == 0 || sv->kill_at_ns < next))
         next = sv->kill_at_ns;
+    if (sv->peer_wait_ns > 0 && (next == 0 || sv->peer_wait_ns < next))
+        next = sv->peer_wait_ns;
     if (next > 0) {
         its.it_value.tv_sec = next / 1000000000;
         its.it_value.tv_nsec = next % 1000000000;
@@ -278,6 +281,7 @@ stop_all(struct xmp_supervisor *sv, enum xmp_stop_reason reason, int sig)
 {
     if (sv->stopping == XMP_STOP_NONE)
         sv->stopping = reason;
+    sv->peer_wait_ns = 0;
     if (reason != XMP_STOP_FAILURE)
         signal_zygote(sv, sig);
     for (size_t i = 0; i < sv->n_workers; i++) {
@@ -404,6 +408,7 @@ on_interrupt(struct xmp_supervisor *sv, int sig)
     }
     if (sv->stopping == XMP_STOP_NONE)
         sv->stopping = XMP_STOP_INTERRUPT;
+    sv->peer_wait_ns = 0;
     if (sv->kill_at_ns == 0)
         sv->kill_at_ns = now + sv->spec->grace_ms * 1000000;
     arm_timer(sv);
@@ -471,6 +476,51 @@ read_error_file(struct xmp_worker_report *rep, int run_dir, const char *path)
         snprintf(rep->error_file_note, sizeof(rep->error_file_note),
                  "not JSON (line %d: %s), kept as text", jerr.line, jerr.text);
     }
+}
+
+/* A log file that could not be written (a full disk) stops there; that is said at once on
+ * stderr and in the report, never silently. */
+static void
+check_log(struct xmp_worker *w, struct xmp_stream *s)
+{
+    const char *path = s == &w->out ? w->pw->stdout_path : w->pw->stderr_path;
+    char msg[sizeof(w->rep->log_error)];
+
+    if (s->log_errno == 0)
+        return;
+    snprintf(msg, sizeof(msg), "logs.dir: write `%s`: %s; the log is incomplete from there", path,
+             strerror(s->log_errno));
+    s->log_errno = 0;
+    fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank, msg);
+    if (w->rep->log_error[0] == '\0')
+        snprintf(w->rep->log_error, sizeof(w->rep->log_error), "%s", msg);
+}
+
+/* A worker whose stderr says that its peer went away may have noticed before the worker that
+ * failed on its own is reaped: that one closed its connections as it began to exit (Python's
+ * teardown after sys.exit, say) and is still exiting. Stopping the job at once would report
+ * the symptom and SIGTERM the cause, so the stop waits this long for another worker to fail
+ * (which stops the job at once) or for the others to end by themselves. */
+#define PEER_LOSS_WINDOW_MS 1000
+
+static bool
+lost_its_peer(struct xmp_supervisor *sv, struct xmp_worker *w)
+{
+    char addr[96];
+    char *const *lines;
+    size_t n;
+
+    if (w->rep->state != XMP_WORKER_EXITED && w->rep->state != XMP_WORKER_SIGNALED)
+        return false;
+    /* Its last words may still be in the pipe. */
+    if (w->err.fd >= 0) {
+        int eof = xmp_stream_read(&w->err, FINAL_DRAIN);
+        check_log(w, &w->err);
+        if (eof != 0)
+            close_stream(sv, &w->err);
+    }
+    lines = xmp_tail_lines(&w->tail, &n);
+    return xmp_peer_find(lines, n, addr, sizeof(addr)) != NULL;
 }
 
 static void
@@ -561,6 +611,14 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
     /* Its death may be the first sign of an outside stop that is about to reach xmprun. */
     if (sv->report.interrupt_signal == 0 && died_of_outside_stop(w) && await_outside_signal(sv))
         return;
+    if (sv->stopping == XMP_STOP_NONE && sv->spec->on_failure == XMP_FAILURE_KILL_ALL &&
+        lost_its_peer(sv, w)) {
+        if (sv->peer_wait_ns == 0) {
+            sv->peer_wait_ns = xmp_now_ns() + PEER_LOSS_WINDOW_MS * 1000000LL;
+            arm_timer(sv);
+        }
+        return;
+    }
     on_worker_failure(sv);
 }
 
@@ -692,27 +750,13 @@ on_timer(struct xmp_supervisor *sv)
         if (sv->stopping == XMP_STOP_NONE)
             stop_all(sv, XMP_STOP_TIMEOUT, SIGTERM);
     }
+    if (sv->peer_wait_ns > 0 && now >= sv->peer_wait_ns) {
+        sv->peer_wait_ns = 0;
+        on_worker_failure(sv);
+    }
     if (sv->kill_at_ns > 0 && now >= sv->kill_at_ns)
         kill_all_now(sv);
     arm_timer(sv);
-}
-
-/* A log file that could not be written (a full disk) stops there; that is said at once on
- * stderr and in the report, never silently. */
-static void
-check_log(struct xmp_worker *w, struct xmp_stream *s)
-{
-    const char *path = s == &w->out ? w->pw->stdout_path : w->pw->stderr_path;
-    char msg[sizeof(w->rep->log_error)];
-
-    if (s->log_errno == 0)
-        return;
-    snprintf(msg, sizeof(msg), "logs.dir: write `%s`: %s; the log is incomplete from there", path,
-             strerror(s->log_errno));
-    s->log_errno = 0;
-    fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank, msg);
-    if (w->rep->log_error[0] == '\0')
-        snprintf(w->rep->log_error, sizeof(w->rep->log_error), "%s", msg);
 }
 
 static void
@@ -1007,6 +1051,7 @@ prepare_run(struct xmp_supervisor *sv)
         w->environ = worker_environ(sv, pw);
     }
     sv->stopping = XMP_STOP_NONE;
+    sv->peer_wait_ns = 0;
     sv->kill_at_ns = 0;
     arm_timer(sv);
 }

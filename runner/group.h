@@ -103,8 +103,9 @@ struct xmp_supervisor {
     size_t n_workers;
     size_t n_running;
     enum xmp_stop_reason stopping;
-    int64_t kill_at_ns;  /* 0: no kill pending */
-    int64_t deadline_ns; /* 0: no timeout */
+    int64_t kill_at_ns;   /* 0: no kill pending */
+    int64_t deadline_ns;  /* 0: no timeout */
+    int64_t peer_wait_ns; /* a worker lost its peer: when the job stops if nothing else fails */
     int restart;
     sigset_t old_mask; /* the mask xmprun started with, restored in workers and at the end */
     /* RLIMIT_NOFILE as xmprun inherited it, before it raised its own soft limit; the workers

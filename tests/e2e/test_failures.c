@@ -33,6 +33,56 @@ Test(failures, first_failure_exit_code_and_kill_all, .timeout = 120)
     e2e_fini(&e);
 }
 
+/* A worker that lost its peer is a symptom: the worker that failed on its own may close its
+ * connections well before it is reaped (Python's teardown after sys.exit). Rank 1 prints gloo's
+ * "Connection closed by peer" and exits at once; rank 0, the cause, exits 7 0.4 s later. The
+ * stop waits for it, so rank 0 is not SIGTERMed and the root cause names it. */
+Test(failures, peer_loss_waits_for_the_worker_that_failed_first, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: peerloss\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'if [ \"$RANK\" = 1 ]; then echo \"RuntimeError: "
+                 "[./gloo/transport/tcp/pair.cc:598] Connection closed by peer "
+                 "[10.0.0.2]:18344\" >&2; exit 1; fi; %1$s sleep 0.4; exit 7'\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 7, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *rc = json_object_get(e.rep, "root_cause");
+    cr_assert_str_eq(e2e_str(rc, "message"), "worker 0 (cpu) exited with status 7");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "state"), "exited");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 1), "state"), "exited");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* ...but only for a moment: when no other worker fails, the job stops after the wait (not after
+ * rank 0's 60 s) and the peer loss is the root cause. */
+Test(failures, peer_loss_alone_stops_the_job_after_a_moment, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: peerloss\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'if [ \"$RANK\" = 1 ]; then echo \"RuntimeError: "
+                 "[./gloo/transport/tcp/pair.cc:598] Connection closed by peer "
+                 "[10.0.0.2]:18344\" >&2; exit 1; fi; exec %1$s sleep 60'\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 1, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *rc = json_object_get(e.rep, "root_cause");
+    cr_assert_str_eq(e2e_str(rc, "message"),
+                     "worker 1 (cpu) lost its connection to a peer (10.0.0.2)");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "state"), "stopped_by_xmprun");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "signal"), "SIGTERM");
+    cr_assert_lt(e2e_duration(&e), 30.0);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
 Test(failures, continue_lets_the_others_finish, .timeout = 120)
 {
     struct e2e e;
