@@ -78,8 +78,8 @@ PY
 union=$("$py" -c 'import json,sys; print("|".join(sorted({json.loads(l)["tests"] for l in sys.argv[1].splitlines() if l})))' "$entries")
 log "running the named tests on the unmutated copy"
 if ! ctest --test-dir "$work/tree/build" -R "$union" --no-tests=error --timeout 300 \
-    >"$work/baseline.log" 2>&1; then
-    tail -30 "$work/baseline.log" >&2
+    --output-on-failure >"$work/baseline.log" 2>&1; then
+    tail -80 "$work/baseline.log" >&2
     log "the named tests fail WITHOUT any mutation: fix them first"
     exit 2
 fi
