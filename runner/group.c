@@ -496,6 +496,16 @@ check_log(struct xmp_worker *w, struct xmp_stream *s)
         snprintf(w->rep->log_error, sizeof(w->rep->log_error), "%s", msg);
 }
 
+static void
+on_stream(struct xmp_supervisor *sv, struct xmp_worker *w, struct xmp_stream *s)
+{
+    int eof = xmp_stream_read(s, READ_BUDGET);
+
+    check_log(w, s);
+    if (eof != 0)
+        close_stream(sv, s);
+}
+
 /* A worker whose stderr says that its peer went away may have noticed before the worker that
  * failed on its own is reaped: that one closed its connections as it began to exit (Python's
  * teardown after sys.exit, say) and is still exiting. Stopping the job at once would report
@@ -512,13 +522,9 @@ lost_its_peer(struct xmp_supervisor *sv, struct xmp_worker *w)
 
     if (w->rep->state != XMP_WORKER_EXITED && w->rep->state != XMP_WORKER_SIGNALED)
         return false;
-    /* Its last words may still be in the pipe. */
-    if (w->err.fd >= 0) {
-        int eof = xmp_stream_read(&w->err, FINAL_DRAIN);
-        check_log(w, &w->err);
-        if (eof != 0)
-            close_stream(sv, &w->err);
-    }
+    /* Its last words may still be in the pipe (which holds one READ_BUDGET by default). */
+    if (w->err.fd >= 0)
+        on_stream(sv, w, &w->err);
     lines = xmp_tail_lines(&w->tail, &n);
     return xmp_peer_find(lines, n, addr, sizeof(addr)) != NULL;
 }
@@ -757,16 +763,6 @@ on_timer(struct xmp_supervisor *sv)
     if (sv->kill_at_ns > 0 && now >= sv->kill_at_ns)
         kill_all_now(sv);
     arm_timer(sv);
-}
-
-static void
-on_stream(struct xmp_supervisor *sv, struct xmp_worker *w, struct xmp_stream *s)
-{
-    int eof = xmp_stream_read(s, READ_BUDGET);
-
-    check_log(w, s);
-    if (eof != 0)
-        close_stream(sv, s);
 }
 
 /* The worker's environment for this run: the plan's, with XMPRUN_RESTART_COUNT and (unless the
