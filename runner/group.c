@@ -8,7 +8,6 @@
 
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
-#include "runner/peer.h"
 #include "runner/spawn.h"
 #include "runner/state.h"
 
@@ -517,16 +516,12 @@ static bool
 lost_its_peer(struct xmp_supervisor *sv, struct xmp_worker *w)
 {
     char addr[96];
-    char *const *lines;
-    size_t n;
 
-    if (w->rep->state != XMP_WORKER_EXITED && w->rep->state != XMP_WORKER_SIGNALED)
-        return false;
     /* Its last words may still be in the pipe (which holds one READ_BUDGET by default). */
     if (w->err.fd >= 0)
         on_stream(sv, w, &w->err);
-    lines = xmp_tail_lines(&w->tail, &n);
-    return xmp_peer_find(lines, n, addr, sizeof(addr)) != NULL;
+    /* The tail's ring as it lies: for a yes or no, the order of its lines does not matter. */
+    return xmp_worker_peer_loss(w->rep, w->tail.lines, w->tail.count, addr, sizeof(addr)) != NULL;
 }
 
 static void

@@ -50,30 +50,6 @@ xmp_tail_push(struct xmp_tail *t, const char *line, size_t len)
     }
 }
 
-static void
-reverse(char **v, size_t lo, size_t hi)
-{
-    for (; lo + 1 < hi; lo++, hi--) {
-        char *tmp = v[lo];
-        v[lo] = v[hi - 1];
-        v[hi - 1] = tmp;
-    }
-}
-
-char *const *
-xmp_tail_lines(struct xmp_tail *t, size_t *n)
-{
-    /* head moves only once the ring is full: rotate all cap entries left by head. */
-    if (t->head != 0) {
-        reverse(t->lines, 0, t->head);
-        reverse(t->lines, t->head, t->cap);
-        reverse(t->lines, 0, t->cap);
-        t->head = 0;
-    }
-    *n = t->count;
-    return t->lines;
-}
-
 char **
 xmp_tail_take(struct xmp_tail *t, size_t *n)
 {

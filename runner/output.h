@@ -73,8 +73,6 @@ struct xmp_stream {
 
 void xmp_tail_init(struct xmp_tail *t, size_t cap);
 void xmp_tail_push(struct xmp_tail *t, const char *line, size_t len);
-/* The lines kept so far, oldest first, in place (the ring is rotated so that they are). */
-char *const *xmp_tail_lines(struct xmp_tail *t, size_t *n);
 /* Moves the lines out, oldest first; the ring is empty afterwards. */
 char **xmp_tail_take(struct xmp_tail *t, size_t *n);
 void xmp_tail_free(struct xmp_tail *t);

@@ -203,14 +203,13 @@ worker_who(const struct xmp_worker_report *w, char *buf, size_t size)
         snprintf(buf, size, "worker %d", w->rank);
 }
 
-/* The peer-loss message a failed worker's stderr tail shows, or NULL. An OOM kill or a failed
- * start is its own cause whatever the tail says. */
-static const struct xmp_peer_pattern *
-peer_loss(const struct xmp_worker_report *w, char *addr, size_t size)
+const struct xmp_peer_pattern *
+xmp_worker_peer_loss(const struct xmp_worker_report *w, char *const *lines, size_t n, char *addr,
+                     size_t size)
 {
     if (w->state != XMP_WORKER_EXITED && w->state != XMP_WORKER_SIGNALED)
         return NULL;
-    return xmp_peer_find(w->stderr_tail, w->n_tail, addr, size);
+    return xmp_peer_find(lines, n, addr, size);
 }
 
 /* How w ended, in words, for who ("worker 3 (cuda:3)", "the zygote"). */
@@ -374,7 +373,8 @@ xmp_report_finish(struct xmp_report *r)
             const struct xmp_worker_report *w = &r->workers[i];
             char addr[96];
             if (!xmp_worker_failed(w) || w->interrupted || w->ended_mono_ns >= best ||
-                (pass == 0 && peer_loss(w, addr, sizeof(addr)) != NULL))
+                (pass == 0 &&
+                 xmp_worker_peer_loss(w, w->stderr_tail, w->n_tail, addr, sizeof(addr)) != NULL))
                 continue;
             best = w->ended_mono_ns;
             first = w;
@@ -409,7 +409,8 @@ xmp_report_finish(struct xmp_report *r)
                  xmp_worker_state_name(first->state));
         {
             char addr[96], who[160], what[320];
-            const struct xmp_peer_pattern *p = peer_loss(first, addr, sizeof(addr));
+            const struct xmp_peer_pattern *p =
+                xmp_worker_peer_loss(first, first->stderr_tail, first->n_tail, addr, sizeof(addr));
             if (p == NULL) {
                 xmp_worker_describe(first, r->cause_message, sizeof(r->cause_message));
                 return;

@@ -165,6 +165,14 @@ void xmp_format_bytes(int64_t bytes, char *buf, size_t size);
 /* "30s", "1h30m", "250ms". */
 void xmp_format_duration(int64_t ms, char *buf, size_t size);
 
+/* The peer-loss message that a failed worker's stderr lines show (the newest matching line
+ * wins; addr gets the peer it names, or ""), or NULL. An OOM kill or a failed start is its own
+ * cause whatever the lines say. */
+struct xmp_peer_pattern;
+const struct xmp_peer_pattern *xmp_worker_peer_loss(const struct xmp_worker_report *w,
+                                                    char *const *lines, size_t n, char *addr,
+                                                    size_t size);
+
 /* The plain-words message for a failed worker ("worker 1 (cpu) exited with status 3"). */
 void xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size);
 

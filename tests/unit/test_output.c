@@ -35,43 +35,6 @@ Test(output, tail_keeps_last_lines)
     xmp_tail_free(&t);
 }
 
-/* The lines in order where they are, for every place the ring's oldest line can be; the ring
- * goes on working afterwards (the supervisor looks at a worker's tail before it takes it). */
-Test(output, tail_lines_in_place_oldest_first)
-{
-    for (int pushed = 0; pushed <= 12; pushed++) {
-        struct xmp_tail t;
-        char *const *view;
-        char **lines;
-        size_t n, want = pushed < 5 ? (size_t)pushed : 5;
-        char buf[32];
-
-        xmp_tail_init(&t, 5);
-        for (int i = 0; i < pushed; i++) {
-            snprintf(buf, sizeof(buf), "line %d", i);
-            xmp_tail_push(&t, buf, strlen(buf));
-        }
-        view = xmp_tail_lines(&t, &n);
-        cr_assert_eq(n, want);
-        for (size_t i = 0; i < n; i++) {
-            snprintf(buf, sizeof(buf), "line %d", pushed - (int)n + (int)i);
-            cr_assert_str_eq(view[i], buf, "%d pushed, line %zu", pushed, i);
-        }
-        xmp_tail_push(&t, "after", 5);
-        lines = xmp_tail_take(&t, &n);
-        cr_assert_eq(n, want < 5 ? want + 1 : 5);
-        cr_assert_str_eq(lines[n - 1], "after");
-        if (n > 1) {
-            snprintf(buf, sizeof(buf), "line %d", pushed - (int)n + 1);
-            cr_assert_str_eq(lines[0], buf, "%d pushed", pushed);
-        }
-        for (size_t i = 0; i < n; i++)
-            free(lines[i]);
-        free(lines);
-        xmp_tail_free(&t);
-    }
-}
-
 /* Feeds text through a pipe into a stream whose console is a temp file; returns the console. */
 static char *
 run_stream(const char *const *chunks, size_t n_chunks, bool prefix, struct xmp_tail *tail,
