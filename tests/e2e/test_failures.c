@@ -33,6 +33,17 @@ Test(failures, first_failure_exit_code_and_kill_all, .timeout = 120)
     e2e_fini(&e);
 }
 
+/* Two workers: rank 1 prints gloo's line for a lost peer and exits 1 at once; rank 0 runs
+ * rank0 (shell, with the probe as %1$s). */
+#define PEER_LOSS_SPEC(rank0)                                                                      \
+    "version: 1\n"                                                                                 \
+    "name: peerloss\n"                                                                             \
+    "workers: 2\n"                                                                                 \
+    "devices: {kind: cpu}\n"                                                                       \
+    "command: 'if [ \"$RANK\" = 1 ]; then echo \"RuntimeError: "                                   \
+    "[./gloo/transport/tcp/pair.cc:598] Connection closed by peer "                                \
+    "[10.0.0.2]:18344\" >&2; exit 1; fi; " rank0 "'\n"
+
 /* A worker that lost its peer is a symptom: the worker that failed on its own may close its
  * connections well before it is reaped (Python's teardown after sys.exit). Rank 1 prints gloo's
  * "Connection closed by peer" and exits at once; rank 0, the cause, exits 7 0.4 s later. The
@@ -41,13 +52,7 @@ Test(failures, peer_loss_waits_for_the_worker_that_failed_first, .timeout = 120)
 {
     struct e2e e;
     e2e_init(&e);
-    e2e_spec(&e, "version: 1\n"
-                 "name: peerloss\n"
-                 "workers: 2\n"
-                 "devices: {kind: cpu}\n"
-                 "command: 'if [ \"$RANK\" = 1 ]; then echo \"RuntimeError: "
-                 "[./gloo/transport/tcp/pair.cc:598] Connection closed by peer "
-                 "[10.0.0.2]:18344\" >&2; exit 1; fi; %1$s sleep 0.4; exit 7'\n");
+    e2e_spec(&e, PEER_LOSS_SPEC("%1$s sleep 0.4; exit 7"));
     cr_assert_eq(e2e_run(&e, 90, NULL), 7, "stderr:\n%s", e.r.err);
     e2e_load_report(&e);
     json_t *rc = json_object_get(e.rep, "root_cause");
@@ -64,13 +69,7 @@ Test(failures, peer_loss_alone_stops_the_job_after_a_moment, .timeout = 120)
 {
     struct e2e e;
     e2e_init(&e);
-    e2e_spec(&e, "version: 1\n"
-                 "name: peerloss\n"
-                 "workers: 2\n"
-                 "devices: {kind: cpu}\n"
-                 "command: 'if [ \"$RANK\" = 1 ]; then echo \"RuntimeError: "
-                 "[./gloo/transport/tcp/pair.cc:598] Connection closed by peer "
-                 "[10.0.0.2]:18344\" >&2; exit 1; fi; exec %1$s sleep 60'\n");
+    e2e_spec(&e, PEER_LOSS_SPEC("exec %1$s sleep 60"));
     cr_assert_eq(e2e_run(&e, 90, NULL), 1, "stderr:\n%s", e.r.err);
     e2e_load_report(&e);
     json_t *rc = json_object_get(e.rep, "root_cause");
