@@ -877,6 +877,19 @@ destroy_tree(struct xmp_cgroup *cg, bool wait, struct xmp_error *err)
     return ret;
 }
 
+bool
+xmp_cgroup_release(struct xmp_cgroup *cg)
+{
+    if (cg->nchildren > 0)
+        return false;
+    for (size_t i = 0; i < cg->layout->n; i++)
+        if ((cg->own & (1u << i)) && rmdir(cg->dir[i]) < 0 && errno != ENOENT)
+            return false;
+    unlink_child(cg);
+    free_cgroup(cg);
+    return true;
+}
+
 int
 xmp_cgroup_destroy(struct xmp_cgroup *cg, struct xmp_error *err)
 {

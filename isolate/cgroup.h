@@ -180,6 +180,11 @@ const char *xmp_cgroup_path(const struct xmp_cgroup *cg);
  * every second per worker. */
 int64_t xmp_cgroup_memory_current(const struct xmp_cgroup *cg);
 
+/* Removes cg's directories and frees it when nothing is left in it (its processes are gone and
+ * it has no subdirectories): one rmdir per hierarchy, no wait, no kill. Returns false, and
+ * keeps cg for xmp_cgroup_destroy, at the first directory still in use. */
+bool xmp_cgroup_release(struct xmp_cgroup *cg);
+
 /* Kills what is left, waits (bounded, 5 s) until empty, removes the directories in every
  * hierarchy, children first, and frees cg (even on failure; the error names what is left).
  * Safe on NULL. */

@@ -120,6 +120,45 @@ Test(lifecycle, sigterm_to_a_worker_alone_is_its_failure, .timeout = 120)
     e2e_fini(&e);
 }
 
+/* A worker's cgroup goes when the worker does, while the others still run: rank 1 waits until
+ * rank 0's directory is gone from every hierarchy where rank 1 has one of its own (its
+ * /proc/self/cgroup lines that end in /worker-1; cgroup2 at /sys/fs/cgroup/unified on a
+ * hybrid host), and fails if it is still there after 20 s. */
+Test(lifecycle, a_reaped_workers_cgroup_goes_while_the_job_runs, .timeout = 120)
+{
+    struct e2e e;
+
+    if (!e2e_can_cgroup())
+        cr_skip_test("needs root or a delegated cgroup");
+    e2e_init(&e);
+    e2e_spec(&e,
+             "version: 1\n"
+             "name: release\n"
+             "workers: 2\n"
+             "devices: {kind: cpu}\n"
+             "resources: {worker: {memory: 64Mi}}\n"
+             "command: |\n"
+             "  [ \"$RANK\" = 0 ] && exit 0\n"
+             "  u=/sys/fs/cgroup/unified; [ -d $u ] || u=/sys/fs/cgroup\n"
+             "  for i in $(seq 200); do\n"
+             "    left=; seen=0\n"
+             "    while IFS=: read -r id ctrl path; do\n"
+             "      case $path in */worker-1) ;; *) continue ;; esac\n"
+             "      if [ -z \"$ctrl\" ]; then root=$u; else root=/sys/fs/cgroup/${ctrl#name=}; fi\n"
+             "      seen=$((seen+1)); d=$root${path%%/worker-1}/worker-0\n"
+             "      [ -d \"$d\" ] && left=\"$left $d\"\n"
+             "    done < /proc/self/cgroup\n"
+             "    [ $seen -gt 0 ] && [ -z \"$left\" ] && { echo \"released in $seen\"; exit 0; }\n"
+             "    sleep 0.1\n"
+             "  done\n"
+             "  echo \"still there:$left\"; exit 3\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 0, "out:\n%s\nstderr:\n%s", e.r.out, e.r.err);
+    cr_assert_not_null(strstr(e.r.out, "released in "), "out:\n%s", e.r.out);
+    e2e_load_report(&e);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
 /* True when legacy mode can be forced: root, and a hybrid host whose cgroup2 mount can be
  * dropped in a private mount namespace (as in a container where runc mounts no cgroup2). */
 static bool
