@@ -434,6 +434,19 @@ explain_access(struct xmp_error *err, int e, const char *dir)
     return -1;
 }
 
+/* What xmp_cgroup_prepare left for the next create_job: whether it ran, and cgroup_init's
+ * return. */
+static bool lc_prepared;
+static int lc_prepared_ret;
+
+void
+xmp_cgroup_prepare(void)
+{
+    lc_prepared_ret = cgroup_init();
+    release_mount_table();
+    lc_prepared = true;
+}
+
 int
 xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct xmp_limits *limits,
                       struct xmp_cgroup **out, struct xmp_error *err)
@@ -451,8 +464,10 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
         return xmp_error_set(err, EINVAL, "cgroup: mode none");
     if (strchr(name, '/') != NULL || name[0] == '.' || name[0] == '\0')
         return xmp_error_set(err, EINVAL, "cgroup: bad job cgroup name \"%s\"", name);
-    ret = cgroup_init();
-    release_mount_table();
+    if (!lc_prepared)
+        xmp_cgroup_prepare();
+    ret = lc_prepared_ret;
+    lc_prepared = false;
     layout = calloc(1, sizeof(*layout));
     if (layout == NULL)
         return xmp_error_set(err, ENOMEM, "cgroup layout");

@@ -58,6 +58,12 @@ struct xmp_cgroup; /* one logical cgroup, present in every hierarchy of the mode
 /* Reads the layout under /sys/fs/cgroup (statfs, as crun's libcrun_get_cgroup_mode). */
 int xmp_cgroup_detect(enum xmp_cgroup_mode *mode, struct xmp_error *err);
 
+/* libcgroup's init (it reads the mounts and zeroes its table, whose zero pages are then given
+ * back), done ahead of the next xmp_cgroup_create_job, which then uses its result instead of
+ * doing it again: a caller may run it on another thread while it does other work, as long as
+ * no other cgroup call runs meanwhile. */
+void xmp_cgroup_prepare(void);
+
 /* Creates the job cgroup `name` below xmprun's own cgroup in each hierarchy, with the job-level
  * limits, and enables the controllers its children need (v2: +memory +cpu +pids, and +cpuset
  * where delegated, in xmprun's own and the job's cgroup.subtree_control). On v2, if xmprun's own

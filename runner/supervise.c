@@ -14,10 +14,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -25,6 +29,89 @@
 #include <unistd.h>
 
 static const int handled_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+/* The start's work that needs nothing of the job (the gc of what an xmprun killed with SIGKILL
+ * left behind, and libcgroup's init) runs on a second thread while this one discovers the
+ * host, plans the job and prepares its workers: when a job starts, the other CPUs are idle.
+ * Joined before the job's cgroups are made; without a thread, it is done in line. */
+struct prelude {
+    const char *state_dir;
+    bool cgroups;
+    bool started;
+    pthread_t thread;
+    /* Its stack, unmapped after the join: glibc would keep one of its own cached, and the
+     * pages it touched resident, for the rest of the job. */
+    void *stack;
+    size_t stack_size;
+};
+
+#define PRELUDE_STACK (256 * 1024)
+
+static void *
+prelude_main(void *arg)
+{
+    struct prelude *p = arg;
+    struct xmp_error err = {0};
+
+    /* Quietly: what it cannot collect stays for `xmprun gc`. */
+    xmp_state_gc(p->state_dir, &err);
+    if (p->cgroups)
+        xmp_cgroup_prepare();
+    return NULL;
+}
+
+/* On a CPU other than this thread's: the kernel would start it on this one, where it would
+ * wait for the join (the load balancer moves it only later). On a single CPU, in line. */
+static void
+prelude_start(struct prelude *p)
+{
+    pthread_attr_t attr;
+    cpu_set_t allowed, other;
+    sigset_t all, old;
+    int here = sched_getcpu();
+
+    CPU_ZERO(&other);
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
+        for (int cpu = 0; cpu < CPU_SETSIZE && CPU_COUNT(&other) == 0; cpu++)
+            if (cpu != here && CPU_ISSET(cpu, &allowed))
+                CPU_SET(cpu, &other);
+    if (CPU_COUNT(&other) == 0) {
+        prelude_main(p);
+        return;
+    }
+    /* A guard page below the stack, as glibc's own stacks have. */
+    p->stack_size = PRELUDE_STACK + (size_t)getpagesize();
+    p->stack = mmap(NULL, p->stack_size, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (p->stack == MAP_FAILED || mprotect(p->stack, (size_t)getpagesize(), PROT_NONE) < 0) {
+        if (p->stack != MAP_FAILED)
+            munmap(p->stack, p->stack_size);
+        p->stack = NULL;
+        prelude_main(p);
+        return;
+    }
+    pthread_attr_init(&attr);
+    pthread_attr_setstack(&attr, (char *)p->stack + getpagesize(), PRELUDE_STACK);
+    pthread_attr_setaffinity_np(&attr, sizeof(other), &other);
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    p->started = pthread_create(&p->thread, &attr, prelude_main, p) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (!p->started)
+        prelude_main(p);
+}
+
+static void
+prelude_join(struct prelude *p)
+{
+    if (p->started)
+        pthread_join(p->thread, NULL);
+    p->started = false;
+    if (p->stack != NULL)
+        munmap(p->stack, p->stack_size);
+    p->stack = NULL;
+}
 
 static void
 destroy_worker_cgroups(struct xmp_supervisor *sv)
@@ -593,6 +680,7 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
     char buf[512];
     const char *path;
     bool report_refused = false, report_started = false, report_lost = false;
+    struct prelude prelude = {0};
     struct xmp_file_commit commit;
     int status;
 
@@ -605,6 +693,9 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
     sv.report.started_mono_ns = xmp_now_ns();
     sv.report.cgroup_mode = "none";
     sv.state_dir = xmp_state_dir(opts->environ, sv.state_dir_buf, sizeof(sv.state_dir_buf));
+    prelude.state_dir = sv.state_dir;
+    prelude.cgroups = spec->cgroups != XMP_CGROUPS_OFF;
+    prelude_start(&prelude);
 
     /* Workers run in their own process groups, in the background as far as a terminal is
      * concerned: one that read the terminal would be stopped by SIGTTIN for good. So a terminal
@@ -618,10 +709,6 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
         sv.have_inherited_nofile = true;
     xmp_error_clear(&err);
     xmp_group_setup_consoles(&sv);
-    /* Quietly collect what an xmprun killed with SIGKILL left behind. */
-    xmp_state_gc(sv.state_dir, &err);
-    xmp_error_clear(&err);
-
     if (xmp_host_discover(getenv("XMPRUN_HOST_ROOT"), &sv.host, &err) < 0) {
         xmp_error_wrap(&err, "host discovery");
         goto setup_failed;
@@ -645,7 +732,10 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
     /* The seccomp filter is compiled here, once for every worker and restart. */
     if (xmp_isolation_setup(spec, &sv.iso, &err) < 0)
         goto setup_failed;
-    if (setup_workers(&sv, &err) < 0 || setup_cgroups(&sv, &err) < 0)
+    if (setup_workers(&sv, &err) < 0)
+        goto setup_failed;
+    prelude_join(&prelude);
+    if (setup_cgroups(&sv, &err) < 0)
         goto setup_failed;
     sv.report.cgroup_mode = xmp_cgroup_mode_name(sv.mode);
     if (spec->timeout_ms > 0)
@@ -660,6 +750,7 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
     goto done;
 
 setup_failed:
+    prelude_join(&prelude);
     snprintf(sv.report.setup_error, sizeof(sv.report.setup_error), "%s", err.msg);
     *setup_err = err;
     sv.report.n_workers = 0;
