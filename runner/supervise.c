@@ -45,7 +45,9 @@ struct prelude {
     size_t stack_size;
 };
 
-#define PRELUDE_STACK (256 * 1024)
+/* As large as a default thread's: gc's walks of a dead job's cgroup tree recurse once per level
+ * of what its workers made there. Only the pages it touches are ever resident. */
+#define PRELUDE_STACK (8 * 1024 * 1024)
 
 static void *
 prelude_main(void *arg)
