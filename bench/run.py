@@ -21,7 +21,12 @@
   rss        the launcher's RSS with 8 idle workers and its wakeups per second
   peers      torchrun and torch.multiprocessing.spawn (Debian's python3-torch), when installed
 
+--compare OTHER_XMPRUN[,...] runs other builds' xmprun beside this one in the launch and failure
+cases (the same specs, in the same interleaving) and prints each one's medians and this build's
+ratio to them: an A/B of builds, for a change smaller than the run-to-run spread of the floors.
+
 usage: bench/run.py [BUILD_DIR] [--reps R] [--sizes 8,32,128] [--console-mib M] [--no-peers]
+                    [--only launch,failure,...] [--compare OTHER_XMPRUN[,...]]
 """
 import argparse, atexit, os, shutil, statistics, subprocess, sys, tempfile, time
 
@@ -35,7 +40,9 @@ ap.add_argument("--console-reps", type=int, default=5)
 ap.add_argument("--peer-reps", type=int, default=3)
 ap.add_argument("--no-peers", action="store_true")
 ap.add_argument("--only", default="launch,fork,failure,console,rss,peers")
+ap.add_argument("--compare", default="", help="other builds' xmprun, comma-separated")
 args = ap.parse_args()
+compare = [os.path.abspath(p) for p in args.compare.split(",") if p]
 only = set(args.only.split(","))
 xmprun = os.path.abspath(os.path.join(args.build, "xmprun"))
 baseline = os.path.abspath(os.path.join(args.build, "bench", "bench_baseline"))
@@ -101,6 +108,27 @@ def spec(name, n, command, extra="", report=report):
     return path
 
 
+def with_compare(cases, spec_path):
+    """cases plus, for each --compare build, its xmprun on the same spec."""
+    return dict(cases, **{f"cmp{j}": [b, "-q", spec_path] for j, b in enumerate(compare)})
+
+
+def print_compare(title, rows):
+    """rows: (label, medians) of one section; each --compare build against this one."""
+    if not compare:
+        return
+    print(f"\n## {title}: this build against the others (--compare), in the same run; "
+          "ratio = this build's median over the other's")
+    for j, b in enumerate(compare):
+        print(f"# [{j}] {b}")
+    print(f"{'N':>4} {'xmprun':>7}" + "".join(f" {f'[{j}]':>7} {'ratio':>6}" for j in range(len(compare)))
+          + "   (ms)")
+    for label, m in rows:
+        print(f"{label:>4} {m['xmprun']:>7.2f}" +
+              "".join(f" {m[f'cmp{j}']:>7.2f} {m['xmprun'] / m[f'cmp{j}']:>6.3f}"
+                      for j in range(len(compare))))
+
+
 def check(name, r, want=0):
     if r.returncode != want:
         sys.exit(f"{name} exited {r.returncode}, expected {want}: {r.stderr.decode()[-2000:]}")
@@ -137,7 +165,7 @@ if "launch" in only:
         off_shm = spec(f"bench-true-off-shm-{n}", n, "[/bin/true]", "isolation: {cgroups: off}\n",
                        report=os.path.join(shm, "r.json"))
         off = spec(f"bench-true-off-{n}", n, "[/bin/true]", "isolation: {cgroups: off}\n")
-        cases = {
+        cases = with_compare({
             "fork": [baseline, "launch", str(n)],
             "forksc": [baseline, "launch", str(n), "confined"],
             "floor": [baseline, "isolated", str(n), floor_min],
@@ -147,7 +175,7 @@ if "launch" in only:
             "shm": [xmprun, "-q", shm_path],
             "off": [xmprun, "-q", off],
             "offshm": [xmprun, "-q", off_shm],
-        }
+        }, path)
         m = {k: ms(v) for k, v in interleaved(cases, args.reps).items()}
         print(f"{n:>4} {m['floor']:>7.2f} {m['all']:>9.2f} {m['iso']:>9.2f} {m['xmprun']:>7.2f} "
               f"{m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} "
@@ -160,6 +188,7 @@ if "launch" in only:
         print(f"{n:>4} {m['fork']:>9.2f} {m['forksc']:>8.2f} {m['off']:>7.2f} "
               f"{m['off'] / m['fork']:>6.2f} {m['off'] / m['forksc']:>5.2f} {m['offshm']:>11.2f} "
               f"{m['offshm'] / m['forksc']:>5.2f}")
+    print_compare("launch -> exit", off_rows)
 
 if "fork" in only:
     print("\n## start: fork, N workers forked from a zygote that preloads nothing, against exec mode")
@@ -194,7 +223,7 @@ if "failure" in only:
                "on_failure: {grace: 5s}\nisolation: {cgroups: off}\n")
     shm_path = spec(f"bench-fail-shm-{n}", n, f"[{baseline}, worker]", "on_failure: {grace: 5s}\n",
                     report=os.path.join(shm, "r.json"))
-    cases = {
+    cases = with_compare({
         "fork": [baseline, "failfast", str(n)],
         "floor": [baseline, "failfast", str(n), floor_min],
         "all": [baseline, "failfast", str(n), floor_all],
@@ -202,7 +231,7 @@ if "failure" in only:
         "xmprun": [xmprun, "-q", path],
         "shm": [xmprun, "-q", shm_path],
         "off": [xmprun, "-q", off],
-    }
+    }, path)
     res = interleaved(cases, args.reps, lambda k, cmd: fail_latency(cmd))
     m = {k: ms(v) for k, v in res.items()}
     print(f"{'N':>4} {'fork+exec':>9} {'floor':>7} {'floor-all':>9} {'floor-iso':>9} {'xmprun':>7} "
@@ -212,6 +241,7 @@ if "failure" in only:
           f"{m['xmprun']:>7.2f} {m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} "
           f"{m['xmprun'] / m['iso']:>5.2f} {m['shm']:>7.2f} {m['shm'] / m['iso']:>5.2f} "
           f"{m['off']:>7.2f} {m['off'] / m['fork']:>6.2f}")
+    print_compare("failure -> exit", [(n, m)])
 
 if "console" in only:
     mib = args.console_mib
