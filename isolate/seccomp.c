@@ -1,6 +1,7 @@
 /* seccomp filters built with libseccomp in the parent and exported as classic BPF, so that a
  * worker (exec'd or forked from a zygote) installs one with a single seccomp() call and no
- * allocation. `default` follows Docker's default profile (moby profiles/seccomp/default.json with
+ * allocation; what the worker loads is libseccomp's program with its per-call tests replaced
+ * by a search over runs of numbers (isolate/seccomp_bpf.c), checked against libseccomp's. `default` follows Docker's default profile (moby profiles/seccomp/default.json with
  * Docker's default capabilities): an allowlist whose other calls fail with EPERM; `strict` is a
  * narrower allowlist whose other calls kill the worker. */
 #ifndef _GNU_SOURCE
@@ -26,14 +27,6 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-static inline void
-xmp_seccomp_releasep(scmp_filter_ctx *ctx)
-{
-    if (*ctx != NULL)
-        seccomp_release(*ctx);
-}
-#define cleanup_seccomp __attribute__((cleanup(xmp_seccomp_releasep)))
 
 /* Docker's unconditional allowlist. Names unknown to this libseccomp or absent on an ABI are
  * skipped, as Docker does; such calls then get the default action. */
@@ -170,28 +163,79 @@ fail:
     return NULL;
 }
 
+/* A profile being compiled: libseccomp's context of every rule, whose program is the reference
+ * that the one a worker loads is checked against; a second of the rules that compare arguments,
+ * whose program becomes the head of the loaded one; and the calls decided by number alone,
+ * which a binary search over their runs decides there (isolate/seccomp_bpf.c). */
+struct builder {
+    scmp_filter_ctx all, args;
+    uint32_t def;
+    struct xmp_bpf_call *calls;
+    size_t n, cap;
+};
+
+/* The head's answer for the calls it leaves to the search: an action no profile of xmprun's
+ * takes. */
+#define SENTINEL SCMP_ACT_TRACE(0x7ff7)
+
+static void
+builder_release(struct builder *b)
+{
+    if (b->all != NULL)
+        seccomp_release(b->all);
+    if (b->args != NULL)
+        seccomp_release(b->args);
+    free(b->calls);
+}
+#define cleanup_builder __attribute__((cleanup(builder_release)))
+
+static int
+builder_init(struct builder *b, uint32_t def, struct xmp_error *err)
+{
+    memset(b, 0, sizeof(*b));
+    b->def = def;
+    if ((b->all = new_ctx(def, err)) == NULL || (b->args = new_ctx(SENTINEL, err)) == NULL)
+        return -1;
+    return 0;
+}
+
 /* Adds a rule; a syscall that none of the filter's ABIs has (-EDOM, -EINVAL for a pseudo
  * number) is skipped, and so is an action equal to the default (-EACCES). */
 static int
-add_rule(scmp_filter_ctx ctx, uint32_t action, int nr, unsigned n_args,
+add_rule(struct builder *b, uint32_t action, int nr, unsigned n_args,
          const struct scmp_arg_cmp *args, const char *what, struct xmp_error *err)
 {
-    int rc = seccomp_rule_add_array(ctx, action, nr, n_args, args);
+    int rc = seccomp_rule_add_array(b->all, action, nr, n_args, args);
 
-    if (rc == 0 || rc == -EDOM || rc == -EACCES || (rc == -EINVAL && nr < 0))
+    if (rc == -EDOM || rc == -EACCES || (rc == -EINVAL && nr < 0))
         return 0;
-    return lcerr(err, rc, what);
+    if (rc == 0 && n_args > 0)
+        rc = seccomp_rule_add_array(b->args, action, nr, n_args, args);
+    if (rc < 0)
+        return lcerr(err, rc, what);
+    if (n_args > 0 || nr < 0)
+        return 0;
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 512;
+        struct xmp_bpf_call *c = realloc(b->calls, cap * sizeof(*c));
+        if (c == NULL)
+            return xmp_error_set(err, ENOMEM, "seccomp: %s", what);
+        b->calls = c;
+        b->cap = cap;
+    }
+    b->calls[b->n++] = (struct xmp_bpf_call){(uint32_t)nr, action};
+    return 0;
 }
 
 static int
-add_named(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned n_args,
+add_named(struct builder *b, uint32_t action, const char *name, unsigned n_args,
           const struct scmp_arg_cmp *args, struct xmp_error *err)
 {
     int nr = seccomp_syscall_resolve_name(name);
 
     if (nr == __NR_SCMP_ERROR)
         return 0; /* older libseccomp: as Docker, a name it does not know is skipped */
-    return add_rule(ctx, action, nr, n_args, args, name, err);
+    return add_rule(b, action, nr, n_args, args, name, err);
 }
 
 static bool
@@ -229,49 +273,82 @@ export_bpf(scmp_filter_ctx ctx, struct xmp_scmp_filter *out, struct xmp_error *e
     return 0;
 }
 
+/* The program a worker loads: the head and the search, once it agrees with libseccomp's whole
+ * program on every input, or libseccomp's where that is the shorter (a profile whose rules
+ * alternate between actions call by call has as many runs as rules). */
+static int
+builder_export(struct builder *b, struct xmp_scmp_filter *out, struct xmp_error *err)
+{
+    struct xmp_scmp_filter ref = {0}, head = {0}, prog = {0};
+    char why[160];
+    int rc = -1, d;
+
+    memset(out, 0, sizeof(*out));
+    if (export_bpf(b->all, &ref, err) < 0 || export_bpf(b->args, &head, err) < 0 ||
+        xmp_bpf_compose(&head, SENTINEL, b->calls, b->n, b->def, &prog, err) < 0)
+        goto out;
+    if ((d = xmp_seccomp_differ(&prog, &ref, why, sizeof(why))) != 0) {
+        xmp_error_set(err, d < 0 ? ENOMEM : EINVAL,
+                      "seccomp: the filter's search disagrees with libseccomp's program (%s)", why);
+        goto out;
+    }
+    if (prog.len <= ref.len) {
+        *out = prog;
+        prog = (struct xmp_scmp_filter){0};
+    } else {
+        *out = ref;
+        ref = (struct xmp_scmp_filter){0};
+    }
+    rc = 0;
+out:
+    xmp_seccomp_filter_free(&ref);
+    xmp_seccomp_filter_free(&head);
+    xmp_seccomp_filter_free(&prog);
+    return rc;
+}
+
 int
 xmp_seccomp_compile_builtin(enum xmp_scmp_builtin which, struct xmp_scmp_filter *out,
                             struct xmp_error *err)
 {
     bool strict = which == XMP_SCMP_STRICT;
     uint32_t deny = strict ? SCMP_ACT_KILL_PROCESS : SCMP_ACT_ERRNO(EPERM);
-    cleanup_seccomp scmp_filter_ctx ctx = new_ctx(deny, err);
+    cleanup_builder struct builder b;
 
     memset(out, 0, sizeof(*out));
-    if (ctx == NULL)
+    if (builder_init(&b, deny, err) < 0)
         return -1;
     for (size_t i = 0; i < sizeof(docker_allow) / sizeof(docker_allow[0]); i++)
         if (!dropped(docker_allow[i], strict) &&
-            add_named(ctx, SCMP_ACT_ALLOW, docker_allow[i], 0, NULL, err) < 0)
+            add_named(&b, SCMP_ACT_ALLOW, docker_allow[i], 0, NULL, err) < 0)
             return -1;
 
     /* clone without namespace flags (Docker's masked-equal rule); clone3 cannot be inspected
      * (its flags sit behind a pointer), so it fails with ENOSYS and glibc falls back to clone. */
     struct scmp_arg_cmp no_ns = SCMP_A0(SCMP_CMP_MASKED_EQ, NS_FLAGS, 0);
-    if (add_named(ctx, SCMP_ACT_ALLOW, "clone", 1, &no_ns, err) < 0 ||
-        add_named(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL, err) < 0)
+    if (add_named(&b, SCMP_ACT_ALLOW, "clone", 1, &no_ns, err) < 0 ||
+        add_named(&b, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL, err) < 0)
         return -1;
     /* socket(), except AF_VSOCK (a channel to the hypervisor). */
     struct scmp_arg_cmp not_vsock = SCMP_A0(SCMP_CMP_NE, AF_VSOCK);
-    if (add_named(ctx, SCMP_ACT_ALLOW, "socket", 1, &not_vsock, err) < 0)
+    if (add_named(&b, SCMP_ACT_ALLOW, "socket", 1, &not_vsock, err) < 0)
         return -1;
     for (size_t i = 0; i < sizeof(docker_personality) / sizeof(docker_personality[0]); i++) {
         struct scmp_arg_cmp is = SCMP_A0(SCMP_CMP_EQ, docker_personality[i]);
-        if (add_named(ctx, SCMP_ACT_ALLOW, "personality", 1, &is, err) < 0)
+        if (add_named(&b, SCMP_ACT_ALLOW, "personality", 1, &is, err) < 0)
             return -1;
     }
-    return export_bpf(ctx, out, err);
+    return builder_export(&b, out, err);
 }
 
 int
 xmp_seccomp_build_profile(const struct xmp_scmp_profile *p, struct xmp_scmp_filter *out,
                           struct xmp_error *err)
 {
-    cleanup_seccomp scmp_filter_ctx ctx =
-        new_ctx(action_of(p->default_action, p->default_errnum), err);
+    cleanup_builder struct builder b;
 
     memset(out, 0, sizeof(*out));
-    if (ctx == NULL)
+    if (builder_init(&b, action_of(p->default_action, p->default_errnum), err) < 0)
         return -1;
     for (size_t i = 0; i < p->n_rules; i++) {
         const struct xmp_scmp_rule *r = &p->rules[i];
@@ -280,10 +357,10 @@ xmp_seccomp_build_profile(const struct xmp_scmp_profile *p, struct xmp_scmp_filt
             (r->action != XMP_SCMP_ERRNO || r->errnum == p->default_errnum))
             continue;
         snprintf(what, sizeof(what), "rule for syscall %d", r->nr);
-        if (add_rule(ctx, action_of(r->action, r->errnum), r->nr, 0, NULL, what, err) < 0)
+        if (add_rule(&b, action_of(r->action, r->errnum), r->nr, 0, NULL, what, err) < 0)
             return -1;
     }
-    return export_bpf(ctx, out, err);
+    return builder_export(&b, out, err);
 }
 
 void

@@ -1,8 +1,8 @@
 /* seccomp filters for workers (SPEC.md section 7): the built-in `default` (Docker's default
  * profile) and `strict` (an allowlist that kills), or a profile of plain rules, compiled with
  * libseccomp into classic BPF (the built-in ones when xmprun is built, a profile once per job in
- * the parent). A worker loads the ready program with one seccomp() call, which allocates
- * nothing and is safe in a forked child. Every filter kills a process that calls through
+ * the parent), and shortened (isolate/seccomp_bpf.c). A worker loads the ready program with one
+ * seccomp() call, which allocates nothing and is safe in a forked child. Every filter kills a process that calls through
  * another ABI of the host (i386, x32). */
 #ifndef XMP_SECCOMP_H
 #define XMP_SECCOMP_H
@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 enum xmp_scmp_action {
@@ -59,6 +60,24 @@ extern const struct xmp_scmp_prog xmp_seccomp_builtins[2];
 int xmp_seccomp_build_profile(const struct xmp_scmp_profile *p, struct xmp_scmp_filter *out,
                               struct xmp_error *err);
 void xmp_seccomp_filter_free(struct xmp_scmp_filter *f);
+
+/* A call that a profile decides by its number alone, and the action (SECCOMP_RET_*) it gets. */
+struct xmp_bpf_call {
+    uint32_t nr, action;
+};
+/* The program a worker loads (isolate/seccomp_bpf.c): `head`, libseccomp's program for the ABI
+ * and the rules that compare arguments, compiled with `sentinel` as its default action, whose
+ * every return of the sentinel becomes a binary search over the runs of consecutive numbers in
+ * `calls` (sorted in place), `def` for the numbers none names. */
+int xmp_bpf_compose(const struct xmp_scmp_filter *head, uint32_t sentinel,
+                    struct xmp_bpf_call *calls, size_t n, uint32_t def, struct xmp_scmp_filter *out,
+                    struct xmp_error *err);
+/* Whether two programs give every seccomp_data the same answer, found by running both on every
+ * input at which a comparison of either can change its outcome (arguments varied one at a
+ * time). 0 when they agree; 1 with the first input where they differ described in why; -1
+ * with why when that cannot be told (an instruction the check does not know, no memory). */
+int xmp_seccomp_differ(const struct xmp_scmp_filter *a, const struct xmp_scmp_filter *b, char *why,
+                       size_t size);
 
 /* Installs the filter on the calling thread. Async-signal-safe (one seccomp() call); needs
  * no_new_privs or CAP_SYS_ADMIN. */

@@ -9,6 +9,8 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,9 +214,9 @@ Test(filter, strict_kills_with_sigsys, .timeout = 10)
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork under strict: %#x", st);
 }
 
-/* The built-in programs xmprun loads are the ones libseccomp compiles from isolate/seccomp.c
- * now, each in its own place: not another profile's, not an older build's. */
-Test(filter, built_in_programs_are_what_libseccomp_compiles)
+/* The built-in programs xmprun loads are the ones isolate/seccomp.c compiles now, each in its
+ * own place: not another profile's, not an older build's. */
+Test(filter, built_in_programs_are_what_isolate_compiles)
 {
     for (int which = XMP_SCMP_DEFAULT; which <= XMP_SCMP_STRICT; which++) {
         struct xmp_scmp_filter built, compiled;
@@ -226,8 +228,97 @@ Test(filter, built_in_programs_are_what_libseccomp_compiles)
         cr_expect(built.len == compiled.len &&
                       memcmp(built.insns, compiled.insns, built.len * 8u) == 0,
                   "profile %d: the built-in program differs from the compiled one", which);
+        /* The search over runs: libseccomp's own program for these profiles is ~400
+         * instructions, which the kernel converts and JITs again for every worker. */
+        cr_expect_lt(built.len, 200, "profile %d: %u instructions", which, built.len);
         xmp_seccomp_filter_free(&built);
         xmp_seccomp_filter_free(&compiled);
+    }
+}
+
+/* Index of the first instruction at or after `from` with this code (and k, unless any_k). */
+static size_t
+find_insn(const struct xmp_scmp_filter *f, size_t from, unsigned code, uint32_t k, bool any_k)
+{
+    const struct sock_filter *p = f->insns;
+    for (size_t i = from; i < f->len; i++)
+        if (p[i].code == code && (any_k || p[i].k == k))
+            return i;
+    cr_assert_fail("no instruction %#x (k %#x) from %zu", code, k, from);
+    return 0;
+}
+
+/* The check that every compiled program passes (it agrees with libseccomp's) finds each bug
+ * planted in the default program: in the search (an answer, a boundary) and in the head (the
+ * ABI, and each rule on an argument). */
+Test(filter, the_check_finds_a_planted_difference)
+{
+    struct xmp_scmp_filter f, g;
+    struct xmp_error err = {0};
+    char why[160];
+    size_t search = 0;
+
+    cr_assert_eq(xmp_seccomp_build_builtin(XMP_SCMP_DEFAULT, &f, &err), 0, "%s", err.msg);
+    cr_assert_eq(xmp_seccomp_differ(&f, &f, why, sizeof(why)), 0, "%s", why);
+    /* The search starts at the last load of the number. */
+    for (size_t i = 0; i < f.len; i++)
+        if (((struct sock_filter *)f.insns)[i].code == (BPF_LD | BPF_W | BPF_ABS) &&
+            ((struct sock_filter *)f.insns)[i].k == 0)
+            search = i;
+    struct {
+        const char *what;
+        size_t at;
+        uint32_t k;
+    } plants[] = {
+        {"an allowed run denied", find_insn(&f, search, BPF_RET | BPF_K, SECCOMP_RET_ALLOW, false),
+         SECCOMP_RET_ERRNO | EPERM},
+        {"a run's start moved", find_insn(&f, search, BPF_JMP | BPF_JGE | BPF_K, 0, true), 0},
+        {"another ABI", find_insn(&f, 0, BPF_JMP | BPF_JEQ | BPF_K, 0xc000003e, false), 0x40000003},
+        {"socket's family", find_insn(&f, 0, BPF_JMP | BPF_JEQ | BPF_K, 40, false), 41},
+        {"clone's namespace mask", find_insn(&f, 0, BPF_ALU | BPF_AND | BPF_K, 0x7e020000, false),
+         0x7e020000 & ~0x10000000u},
+        {"a personality", find_insn(&f, 0, BPF_JMP | BPF_JEQ | BPF_K, 0x20008, false), 0x20009},
+    };
+    for (size_t i = 0; i < sizeof(plants) / sizeof(plants[0]); i++) {
+        g.len = f.len;
+        g.insns = malloc(f.len * sizeof(struct sock_filter));
+        memcpy(g.insns, f.insns, f.len * sizeof(struct sock_filter));
+        struct sock_filter *at = &((struct sock_filter *)g.insns)[plants[i].at];
+        at->k = plants[i].k ? plants[i].k : at->k + 1;
+        cr_expect_eq(xmp_seccomp_differ(&g, &f, why, sizeof(why)), 1, "%s: not found",
+                     plants[i].what);
+        xmp_seccomp_filter_free(&g);
+    }
+    xmp_seccomp_filter_free(&f);
+}
+
+/* Profiles of every shape compile (each program checked against libseccomp's as it is built),
+ * runs short and long, and searches longer than a conditional jump reaches. */
+Test(filter, random_profiles_compile_to_programs_that_agree)
+{
+    static const enum xmp_scmp_action acts[] = {XMP_SCMP_ALLOW, XMP_SCMP_ERRNO, XMP_SCMP_KILL,
+                                                XMP_SCMP_LOG};
+    struct xmp_scmp_rule rules[460];
+    unsigned seed = 42;
+
+    for (int round = 0; round < 40; round++) {
+        struct xmp_scmp_profile p = {.default_action = acts[rand_r(&seed) % 4],
+                                     .default_errnum = 1 + rand_r(&seed) % 30,
+                                     .rules = rules};
+        /* Half the rounds long runs of one action, half a new action almost every call. */
+        int run = round % 2 ? 1 : 1 + rand_r(&seed) % 40;
+        enum xmp_scmp_action a = XMP_SCMP_ALLOW;
+        for (int nr = 0; nr < 460; nr++) {
+            if (nr % run == 0)
+                a = acts[rand_r(&seed) % 4];
+            if (rand_r(&seed) % 4 == 0)
+                continue;
+            rules[p.n_rules++] = (struct xmp_scmp_rule){nr, a, 1 + rand_r(&seed) % 30};
+        }
+        struct xmp_scmp_filter f;
+        struct xmp_error err = {0};
+        cr_assert_eq(xmp_seccomp_build_profile(&p, &f, &err), 0, "round %d: %s", round, err.msg);
+        xmp_seccomp_filter_free(&f);
     }
 }
 
