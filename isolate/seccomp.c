@@ -1,9 +1,10 @@
 /* seccomp filters built with libseccomp in the parent and exported as classic BPF, so that a
  * worker (exec'd or forked from a zygote) installs one with a single seccomp() call and no
  * allocation; what the worker loads is libseccomp's program with its per-call tests replaced
- * by a search over runs of numbers (isolate/seccomp_bpf.c), checked against libseccomp's. `default` follows Docker's default profile (moby profiles/seccomp/default.json with
- * Docker's default capabilities): an allowlist whose other calls fail with EPERM; `strict` is a
- * narrower allowlist whose other calls kill the worker. */
+ * by a search over runs of numbers (isolate/seccomp_bpf.c), checked against libseccomp's.
+ * `default` follows Docker's default profile (moby profiles/seccomp/default.json with Docker's
+ * default capabilities): an allowlist whose other calls fail with EPERM; `strict` is a narrower
+ * allowlist whose other calls kill the worker. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif

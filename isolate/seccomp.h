@@ -2,8 +2,8 @@
  * profile) and `strict` (an allowlist that kills), or a profile of plain rules, compiled with
  * libseccomp into classic BPF (the built-in ones when xmprun is built, a profile once per job in
  * the parent), and shortened (isolate/seccomp_bpf.c). A worker loads the ready program with one
- * seccomp() call, which allocates nothing and is safe in a forked child. Every filter kills a process that calls through
- * another ABI of the host (i386, x32). */
+ * seccomp() call, which allocates nothing and is safe in a forked child. Every filter kills a
+ * process that calls through another ABI of the host (i386, x32). */
 #ifndef XMP_SECCOMP_H
 #define XMP_SECCOMP_H
 
