@@ -708,13 +708,26 @@ xmp_cgroup_join_tasks(const int *fds, size_t n, struct xmp_error *err)
     return 0;
 }
 
+struct signal_pids {
+    int sig;
+    pid_t self;
+};
+
+static bool
+signal_pid(pid_t pid, void *data)
+{
+    const struct signal_pids *s = data;
+
+    if (pid > 1 && pid != s->self)
+        kill(pid, s->sig);
+    return true;
+}
+
 int
 xmp_cgroup_signal(const struct xmp_cgroup *cg, int sig, struct xmp_error *err)
 {
+    struct signal_pids s = {sig, getpid()};
     const char *procs = NULL;
-    cleanup_fclose FILE *f = NULL;
-    pid_t self = getpid();
-    int pid;
 
     if (cg->layout->unified >= 0)
         procs = cg->procs[cg->layout->unified];
@@ -723,12 +736,8 @@ xmp_cgroup_signal(const struct xmp_cgroup *cg, int sig, struct xmp_error *err)
             procs = cg->procs[i];
     if (procs == NULL)
         return 0;
-    f = fopen(procs, "re");
-    if (f == NULL)
-        return xmp_error_set(err, errno, "open `%s`", procs);
-    while (fscanf(f, "%d", &pid) == 1)
-        if (pid > 1 && pid != self)
-            kill(pid, sig);
+    if (xmp_cg_each_pid(procs, signal_pid, &s) < 0)
+        return xmp_error_set(err, errno, "read `%s`", procs);
     return 0;
 }
 

@@ -61,6 +61,37 @@ xmp_cg_read(const char *dir, const char *file, char *buf, size_t size, struct xm
     return 0;
 }
 
+int
+xmp_cg_each_pid(const char *procs, bool (*fn)(pid_t pid, void *data), void *data)
+{
+    cleanup_close int fd = open(procs, O_RDONLY | O_CLOEXEC);
+    char buf[4096];
+    size_t have = 0;
+
+    if (fd < 0)
+        return -1;
+    for (;;) {
+        ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        char *p = buf, *end = buf + have + n, *nl;
+        *end = '\0';
+        /* Whole lines; at the end of the file, what is left too. */
+        while ((nl = memchr(p, '\n', (size_t)(end - p))) != NULL || (n == 0 && p < end)) {
+            long pid = strtol(p, NULL, 10);
+            if (pid > 0 && !fn((pid_t)pid, data))
+                return 0;
+            p = nl != NULL ? nl + 1 : end;
+        }
+        if (n == 0)
+            return 0;
+        have = (size_t)(end - p);
+        memmove(buf, p, have);
+    }
+}
+
 bool
 xmp_cg_exists(const char *dir, const char *file)
 {
@@ -408,24 +439,27 @@ sweep_saw(struct sweep *s, pid_t pid)
     return false;
 }
 
+static bool
+kill_pid(pid_t pid, void *data)
+{
+    struct sweep *s = data;
+
+    /* Never xmprun itself (gc may run inside a cgroup it collects, see xmp_cgroup_gc). */
+    if (pid <= 1 || pid == s->self)
+        return true;
+    kill(pid, SIGKILL);
+    if (!sweep_saw(s, pid))
+        s->fresh = true;
+    return true;
+}
+
 static void
 kill_procs(const char *dir, void *data)
 {
-    struct sweep *s = data;
     char path[XMP_CG_PATH + 32];
-    cleanup_fclose FILE *f = NULL;
-    long pid;
 
     snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
-    f = fopen(path, "re");
-    while (f != NULL && fscanf(f, "%ld", &pid) == 1) {
-        /* Never xmprun itself (gc may run inside a cgroup it collects, see xmp_cgroup_gc). */
-        if (pid <= 1 || pid == s->self)
-            continue;
-        kill((pid_t)pid, SIGKILL);
-        if (!sweep_saw(s, (pid_t)pid))
-            s->fresh = true;
-    }
+    xmp_cg_each_pid(path, kill_pid, data);
 }
 
 int
@@ -475,18 +509,24 @@ struct find_pid {
     bool found;
 };
 
+static bool
+is_pid(pid_t pid, void *data)
+{
+    struct find_pid *fp = data;
+
+    fp->found = pid == fp->pid;
+    return !fp->found;
+}
+
 static void
 find_pid(const char *dir, void *data)
 {
     struct find_pid *fp = data;
     char path[XMP_CG_PATH + 32];
-    cleanup_fclose FILE *f = NULL;
-    long pid;
 
     snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
-    f = fopen(path, "re");
-    while (!fp->found && f != NULL && fscanf(f, "%ld", &pid) == 1)
-        fp->found = pid == (long)fp->pid;
+    if (!fp->found)
+        xmp_cg_each_pid(path, is_pid, fp);
 }
 
 bool

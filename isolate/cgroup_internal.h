@@ -149,6 +149,9 @@ int xmp_cg_read(const char *dir, const char *file, char *buf, size_t size, struc
 /* The directory above dir ("/a/b" -> "/a"), into buf. */
 void xmp_cg_parent_dir(const char *dir, char *buf, size_t size);
 bool xmp_cg_exists(const char *dir, const char *file);
+/* Calls fn with each pid a cgroup.procs file lists, until fn returns false. -1 with errno when
+ * the file cannot be opened or read. No stdio: a stop of the job lists every worker's file. */
+int xmp_cg_each_pid(const char *procs, bool (*fn)(pid_t pid, void *data), void *data);
 /* Value of "key N" in a flat-keyed file text (memory.events, cpu.stat, oom_control); -1 if absent.
  */
 int64_t xmp_cg_keyed(const char *text, const char *key);

@@ -9,6 +9,8 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -385,4 +387,42 @@ Test(zero_pages, only_resident_zero_pages_in_range_are_given_back)
         cr_assert_eq(m[i], want, "byte %zu", i);
     }
     munmap(m, 8 * page);
+}
+
+struct pids_seen {
+    pid_t pids[3000];
+    size_t n, stop_at;
+};
+
+static bool
+collect_pid(pid_t pid, void *data)
+{
+    struct pids_seen *s = data;
+    s->pids[s->n++] = pid;
+    return s->n != s->stop_at;
+}
+
+/* cgroup.procs read without stdio: every pid of a list longer than one read's buffer (a line
+ * cut at the buffer's end is joined to its rest), a last line without its newline, and the
+ * caller's stop. */
+Test(cgroup_procs, every_pid_of_a_long_list)
+{
+    char path[] = "/tmp/xmprun-test-procs-XXXXXX";
+    int fd = mkstemp(path);
+    struct pids_seen s = {0};
+
+    cr_assert_geq(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; i < 2500; i++)
+        fprintf(f, i == 2499 ? "%d" : "%d\n", 100000 + i * 7);
+    fclose(f);
+    cr_assert_eq(xmp_cg_each_pid(path, collect_pid, &s), 0);
+    cr_assert_eq(s.n, 2500, "%zu pids", s.n);
+    for (size_t i = 0; i < s.n; i++)
+        cr_assert_eq(s.pids[i], 100000 + (pid_t)i * 7, "pid %zu: %d", i, (int)s.pids[i]);
+    s = (struct pids_seen){.stop_at = 3};
+    cr_assert_eq(xmp_cg_each_pid(path, collect_pid, &s), 0);
+    cr_expect_eq(s.n, 3);
+    unlink(path);
+    cr_expect_eq(xmp_cg_each_pid(path, collect_pid, &s), -1);
 }
