@@ -275,8 +275,10 @@ export_bpf(scmp_filter_ctx ctx, struct xmp_scmp_filter *out, struct xmp_error *e
 }
 
 /* The program a worker loads: the head and the search, once it agrees with libseccomp's whole
- * program on every input, or libseccomp's where that is the shorter (a profile whose rules
- * alternate between actions call by call has as many runs as rules). */
+ * program on every input; libseccomp's where that is the shorter (a profile whose rules
+ * alternate between actions call by call has as many runs as rules), or where the check cannot
+ * tell (a libseccomp that writes an instruction it does not know). A disagreement is a bug
+ * here, and an error. */
 static int
 builder_export(struct builder *b, struct xmp_scmp_filter *out, struct xmp_error *err)
 {
@@ -288,12 +290,12 @@ builder_export(struct builder *b, struct xmp_scmp_filter *out, struct xmp_error 
     if (export_bpf(b->all, &ref, err) < 0 || export_bpf(b->args, &head, err) < 0 ||
         xmp_bpf_compose(&head, SENTINEL, b->calls, b->n, b->def, &prog, err) < 0)
         goto out;
-    if ((d = xmp_seccomp_differ(&prog, &ref, why, sizeof(why))) != 0) {
-        xmp_error_set(err, d < 0 ? ENOMEM : EINVAL,
+    if ((d = xmp_seccomp_differ(&prog, &ref, why, sizeof(why))) > 0) {
+        xmp_error_set(err, EINVAL,
                       "seccomp: the filter's search disagrees with libseccomp's program (%s)", why);
         goto out;
     }
-    if (prog.len <= ref.len) {
+    if (d == 0 && prog.len <= ref.len) {
         *out = prog;
         prog = (struct xmp_scmp_filter){0};
     } else {

@@ -289,6 +289,13 @@ Test(filter, the_check_finds_a_planted_difference)
                      plants[i].what);
         xmp_seccomp_filter_free(&g);
     }
+    /* An instruction it does not run: it cannot tell, and says so (the compiler then keeps
+     * libseccomp's own program). */
+    struct sock_filter tax[] = {BPF_STMT(BPF_MISC | BPF_TAX, 0),
+                                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+    g = (struct xmp_scmp_filter){tax, 2};
+    cr_expect_eq(xmp_seccomp_differ(&g, &f, why, sizeof(why)), -1);
+    cr_expect(strstr(why, "instruction") != NULL, "%s", why);
     xmp_seccomp_filter_free(&f);
 }
 
