@@ -17,19 +17,14 @@
 
 /* ---- the binary search over runs ---- */
 
-struct runs {
-    uint32_t *start; /* run i covers [start[i], start[i + 1]) */
-    uint32_t *act;
-    size_t n;
-};
-
+/* Runs are calls too: run i starts at number runs[i].nr, and every number up to the next run's
+ * start gets runs[i].action. */
 static void
-push_run(struct runs *r, uint32_t start, uint32_t act)
+push_run(struct xmp_bpf_call *runs, size_t *n, uint32_t start, uint32_t action)
 {
-    if (r->n > 0 && r->act[r->n - 1] == act)
+    if (*n > 0 && runs[*n - 1].action == action)
         return;
-    r->start[r->n] = start;
-    r->act[r->n++] = act;
+    runs[(*n)++] = (struct xmp_bpf_call){start, action};
 }
 
 static int
@@ -51,22 +46,22 @@ tree_size(size_t lo, size_t hi)
 }
 
 static void
-tree_emit(const struct runs *r, size_t lo, size_t hi, struct sock_filter *p, size_t *k)
+tree_emit(const struct xmp_bpf_call *runs, size_t lo, size_t hi, struct sock_filter *p, size_t *k)
 {
     if (lo == hi) {
-        p[(*k)++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, r->act[lo]);
+        p[(*k)++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, runs[lo].action);
         return;
     }
     size_t mid = (lo + hi + 1) / 2, left = tree_size(lo, mid - 1);
     if (left > 255) {
-        p[(*k)++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, r->start[mid], 0, 1);
+        p[(*k)++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, runs[mid].nr, 0, 1);
         p[(*k)++] = (struct sock_filter)BPF_STMT(BPF_JMP | BPF_JA, (uint32_t)left);
     } else {
-        p[(*k)++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, r->start[mid],
-                                                 (uint8_t)left, 0);
+        p[(*k)++] =
+            (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, runs[mid].nr, (uint8_t)left, 0);
     }
-    tree_emit(r, lo, mid - 1, p, k);
-    tree_emit(r, mid, hi, p, k);
+    tree_emit(runs, lo, mid - 1, p, k);
+    tree_emit(runs, mid, hi, p, k);
 }
 
 int
@@ -74,30 +69,27 @@ xmp_bpf_compose(const struct xmp_scmp_filter *head, uint32_t sentinel, struct xm
                 size_t n, uint32_t def, struct xmp_scmp_filter *out, struct xmp_error *err)
 {
     const struct sock_filter *h = head->insns;
-    struct runs r = {calloc(2 * n + 1, sizeof(uint32_t)), calloc(2 * n + 1, sizeof(uint32_t)), 0};
+    /* Each call starts at most two runs (the gap before it, itself), and the rest one more. */
+    struct xmp_bpf_call *runs = calloc(2 * n + 1, sizeof(*runs));
     uint64_t next = 0;
-    size_t len, k = 0;
+    size_t n_runs = 0, len, k = 0;
     struct sock_filter *p;
 
     memset(out, 0, sizeof(*out));
-    if (r.start == NULL || r.act == NULL) {
-        free(r.start);
-        free(r.act);
+    if (runs == NULL)
         return xmp_error_set(err, ENOMEM, "seccomp: filter");
-    }
     qsort(calls, n, sizeof(*calls), by_nr);
     for (size_t i = 0; i < n; i++) {
         if (calls[i].nr > next)
-            push_run(&r, (uint32_t)next, def);
-        push_run(&r, calls[i].nr, calls[i].action);
+            push_run(runs, &n_runs, (uint32_t)next, def);
+        push_run(runs, &n_runs, calls[i].nr, calls[i].action);
         next = (uint64_t)calls[i].nr + 1;
     }
     if (next <= UINT32_MAX)
-        push_run(&r, (uint32_t)next, def);
-    len = head->len + 1 + tree_size(0, r.n - 1);
+        push_run(runs, &n_runs, (uint32_t)next, def);
+    len = head->len + 1 + tree_size(0, n_runs - 1);
     if (len > BPF_MAXINSNS || (p = calloc(len, sizeof(*p))) == NULL) {
-        free(r.start);
-        free(r.act);
+        free(runs);
         return xmp_error_set(err, len > BPF_MAXINSNS ? E2BIG : ENOMEM,
                              "seccomp: a filter of %zu instructions", len);
     }
@@ -109,9 +101,8 @@ xmp_bpf_compose(const struct xmp_scmp_filter *head, uint32_t sentinel, struct xm
             p[k] = (struct sock_filter)BPF_STMT(BPF_JMP | BPF_JA, (uint32_t)(head->len - k - 1));
     }
     p[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0); /* seccomp_data.nr */
-    tree_emit(&r, 0, r.n - 1, p, &k);
-    free(r.start);
-    free(r.act);
+    tree_emit(runs, 0, n_runs - 1, p, &k);
+    free(runs);
     out->insns = p;
     out->len = (unsigned short)k;
     return 0;
