@@ -8,20 +8,18 @@
 
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
+#include "isolate/thread.h"
 #include "runner/group.h"
 #include "runner/spawn.h"
 #include "runner/state.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -37,12 +35,7 @@ static const int handled_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT,
 struct prelude {
     const char *state_dir;
     bool cgroups;
-    bool started;
-    pthread_t thread;
-    /* Its stack, unmapped after the join: glibc would keep one of its own cached, and the
-     * pages it touched resident, for the rest of the job. */
-    void *stack;
-    size_t stack_size;
+    struct xmp_thread thread;
 };
 
 /* As large as a default thread's: gc's walks of a dead job's cgroup tree recurse once per level
@@ -62,57 +55,17 @@ prelude_main(void *arg)
     return NULL;
 }
 
-/* On a CPU other than this thread's: the kernel would start it on this one, where it would
- * wait for the join (the load balancer moves it only later). On a single CPU, in line. */
 static void
 prelude_start(struct prelude *p)
 {
-    pthread_attr_t attr;
-    cpu_set_t allowed, other;
-    sigset_t all, old;
-    int here = sched_getcpu();
-
-    CPU_ZERO(&other);
-    if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
-        for (int cpu = 0; cpu < CPU_SETSIZE && CPU_COUNT(&other) == 0; cpu++)
-            if (cpu != here && CPU_ISSET(cpu, &allowed))
-                CPU_SET(cpu, &other);
-    if (CPU_COUNT(&other) == 0) {
-        prelude_main(p);
-        return;
-    }
-    /* A guard page below the stack, as glibc's own stacks have. */
-    p->stack_size = PRELUDE_STACK + (size_t)getpagesize();
-    p->stack = mmap(NULL, p->stack_size, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-    if (p->stack == MAP_FAILED || mprotect(p->stack, (size_t)getpagesize(), PROT_NONE) < 0) {
-        if (p->stack != MAP_FAILED)
-            munmap(p->stack, p->stack_size);
-        p->stack = NULL;
-        prelude_main(p);
-        return;
-    }
-    pthread_attr_init(&attr);
-    pthread_attr_setstack(&attr, (char *)p->stack + getpagesize(), PRELUDE_STACK);
-    pthread_attr_setaffinity_np(&attr, sizeof(other), &other);
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    p->started = pthread_create(&p->thread, &attr, prelude_main, p) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
-    if (!p->started)
+    if (!xmp_thread_start(&p->thread, prelude_main, p, PRELUDE_STACK))
         prelude_main(p);
 }
 
 static void
 prelude_join(struct prelude *p)
 {
-    if (p->started)
-        pthread_join(p->thread, NULL);
-    p->started = false;
-    if (p->stack != NULL)
-        munmap(p->stack, p->stack_size);
-    p->stack = NULL;
+    xmp_thread_join(&p->thread);
 }
 
 static void
