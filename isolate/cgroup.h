@@ -186,14 +186,16 @@ const char *xmp_cgroup_path(const struct xmp_cgroup *cg);
  * every second per worker. */
 int64_t xmp_cgroup_memory_current(const struct xmp_cgroup *cg);
 
-/* Removes cg's directories and frees it when nothing is left in it (its processes are gone and
- * it has no subdirectories): one rmdir per hierarchy, no wait, no kill. Returns false, and
- * keeps cg for xmp_cgroup_destroy, at the first directory still in use. */
-bool xmp_cgroup_release(struct xmp_cgroup *cg);
-
+/* Hands a child cgroup whose processes are gone to the job's remover, a helper thread that
+ * removes its directories (one rmdir per hierarchy, no wait, no kill) while the caller goes on;
+ * the caller must not use cg again. It is freed at the job's next settle (xmp_cgroup_destroy of
+ * any cgroup of the job, or xmp_cgroup_create_child), which waits for the remover and
+ * destroys, as xmp_cgroup_destroy does, a cgroup that still held something. The job, and a
+ * cgroup with children, are left to xmp_cgroup_destroy. */
+void xmp_cgroup_release(struct xmp_cgroup *cg);
 /* Kills what is left, waits (bounded, 5 s) until empty, removes the directories in every
  * hierarchy, children first, and frees cg (even on failure; the error names what is left).
- * Safe on NULL. */
+ * Settles the job's released cgroups first. Safe on NULL; not on a released cgroup. */
 int xmp_cgroup_destroy(struct xmp_cgroup *cg, struct xmp_error *err);
 
 /* Finds the directories named "xmprun-*" below xmprun's own cgroup in every hierarchy (jobs, and

@@ -4,7 +4,9 @@
 #define XMP_CGROUP_INTERNAL_H
 
 #include "isolate/cgroup.h"
+#include "isolate/thread.h"
 
+#include <pthread.h>
 #include <stddef.h>
 
 #define XMP_CG_MAX_HIER 8
@@ -73,6 +75,18 @@ struct xmp_cg_encl {
     char dir[XMP_CG_PATH];
 };
 
+/* The job's remover (cgroup.c): the released cgroups, whose directories a helper thread
+ * removes in the order they came. */
+struct xmp_cg_remover {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct xmp_thread thread;
+    bool active; /* mu and cv made, the thread started if it could be */
+    bool done;   /* no more will come: the thread ends once the queue is empty */
+    struct xmp_cgroup **queue;
+    size_t n, cap, taken; /* taken: how many the thread has started on */
+};
+
 struct xmp_cg_layout {
     enum xmp_cgroup_mode mode;
     size_t n;
@@ -86,6 +100,7 @@ struct xmp_cg_layout {
     size_t n_encl;
     struct xmp_cg_encl encl[XMP_CG_MAX_ENCL]; /* innermost (xmprun's own cgroup) first */
     struct xmp_dev_prog dev_prog; /* the job's last BPF device program, shared by its workers */
+    struct xmp_cg_remover remover;
 };
 
 struct xmp_cg_ops;
@@ -107,6 +122,8 @@ struct xmp_cgroup {
      * reads the counters of limited cgroups only. */
     int64_t mem_limit;
     int64_t memsw_limit;
+    bool released; /* handed to the remover: nobody else touches it until the settle */
+    bool gone;     /* the remover removed all its directories (read after the thread's join) */
     char rel[XMP_CG_PATH];  /* below xmprun's own cgroup: "xmprun-a-1" or ".../worker-0" */
     char path[XMP_CG_PATH]; /* for the report: relative to the (unified) hierarchy root */
     /* Precomputed per hierarchy, so that attach needs no allocation in a forked child; the

@@ -569,9 +569,10 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
         }
     }
     /* Its cgroup goes with it, while the other workers still run, so that the end of the job
-     * has less to remove; what it left behind there keeps it until the job's end. */
-    if (w->cg != NULL && xmp_cgroup_release(w->cg))
-        w->cg = NULL;
+     * has less to remove; what it left behind there keeps it until the run's end. */
+    if (w->cg != NULL)
+        xmp_cgroup_release(w->cg);
+    w->cg = NULL;
     if (rep->user_s < 0)
         rep->user_s = 0;
     if (rep->system_s < 0)

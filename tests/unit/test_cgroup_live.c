@@ -7,6 +7,8 @@
 #endif
 #include "unit/cgroup_live_helpers.h"
 
+#include <sys/prctl.h>
+
 LIVE_TEST(create_limits_destroy)
 {
     struct xmp_cgroup *job, *w0 = NULL, *w1 = NULL;
@@ -407,6 +409,56 @@ LIVE_TEST(refused_value_names_its_file)
         cr_expect(!job_uses(i, name) || exists_in(H[i].ctrl, name), "%s gone from %s", name,
                   H[i].dir);
     }
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    assert_clean();
+}
+
+/* Dies with the test, should the test fail before it kills it. */
+static void
+sleep_forever(void)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    for (;;)
+        pause();
+}
+
+/* A released cgroup goes on the remover's thread while the caller goes on; one that still
+ * holds a process (what a worker left running) stays until the settle of the next create
+ * (a restart's new worker of the same name), which kills and removes it first. */
+LIVE_TEST(release_removes_and_settle_kills_what_was_left)
+{
+    struct xmp_cgroup *job, *w0 = NULL, *w1 = NULL, *again = NULL;
+    struct xmp_error err = {0};
+    char name[128], r0[256], r1[256];
+    int status = 0;
+    bool gone = false;
+    pid_t pid;
+
+    job = make_job("release", -1, name, sizeof(name));
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", NULL, &w0, &err), 0, "%s", err.msg);
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-1", NULL, &w1, &err), 0, "%s", err.msg);
+    pid = spawn_attached(w1, sleep_forever);
+    xmp_cgroup_release(w0);
+    xmp_cgroup_release(w1);
+    snprintf(r0, sizeof(r0), "%s/worker-0", name);
+    snprintf(r1, sizeof(r1), "%s/worker-1", name);
+    /* Nothing settles meanwhile: the thread removes worker-0 on its own. */
+    for (int i = 0; i < 500 && !gone; i++) {
+        gone = true;
+        for (size_t h = 0; h < NH; h++)
+            gone = gone && !exists_in(H[h].ctrl, r0);
+        if (!gone)
+            usleep(10000);
+    }
+    cr_expect(gone, "worker-0 still there 5 s after its release");
+    gone = true;
+    for (size_t h = 0; h < NH; h++)
+        gone = gone && !exists_in(H[h].ctrl, r1);
+    cr_expect(!gone, "worker-1 removed while its process ran");
+    cr_assert_eq(kill(pid, 0), 0, "the release killed worker-1's process");
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-1", NULL, &again, &err), 0, "%s", err.msg);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "status %#x", status);
     cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
     assert_clean();
 }
