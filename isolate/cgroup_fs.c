@@ -48,14 +48,18 @@ xmp_cg_read(const char *dir, const char *file, char *buf, size_t size, struct xm
     if (fd < 0)
         return xmp_error_set(err, errno, "open `%s`", path);
     while (o + 1 < size) {
-        ssize_t n = read(fd, buf + o, size - 1 - o);
+        size_t want = size - 1 - o;
+        ssize_t n = read(fd, buf + o, want);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             return xmp_error_set(err, errno, "read `%s`", path);
-        if (n == 0)
-            break;
         o += (size_t)n;
+        /* Cgroup files are seq_files, whose read fills what it is given while there is more: a
+         * short read is the end, and a second read (one syscall per file, three per reaped
+         * worker) would only say so. */
+        if ((size_t)n < want)
+            break;
     }
     buf[o] = '\0';
     return 0;
@@ -71,21 +75,23 @@ xmp_cg_each_pid(const char *procs, bool (*fn)(pid_t pid, void *data), void *data
     if (fd < 0)
         return -1;
     for (;;) {
-        ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
+        size_t want = sizeof(buf) - 1 - have;
+        ssize_t n = read(fd, buf + have, want);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             return -1;
+        bool eof = (size_t)n < want; /* a short read is the end (see xmp_cg_read) */
         char *p = buf, *end = buf + have + n, *nl;
         *end = '\0';
         /* Whole lines; at the end of the file, what is left too. */
-        while ((nl = memchr(p, '\n', (size_t)(end - p))) != NULL || (n == 0 && p < end)) {
+        while ((nl = memchr(p, '\n', (size_t)(end - p))) != NULL || (eof && p < end)) {
             long pid = strtol(p, NULL, 10);
             if (pid > 0 && !fn((pid_t)pid, data))
                 return 0;
             p = nl != NULL ? nl + 1 : end;
         }
-        if (n == 0)
+        if (eof)
             return 0;
         have = (size_t)(end - p);
         memmove(buf, p, have);

@@ -9,10 +9,12 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char hybrid_proc[] = "12:hugetlb:/\n"
@@ -425,4 +427,30 @@ Test(cgroup_procs, every_pid_of_a_long_list)
     cr_expect_eq(s.n, 3);
     unlink(path);
     cr_expect_eq(xmp_cg_each_pid(path, collect_pid, &s), -1);
+}
+
+/* A cgroup file's read fills the buffer while there is more, so a short read is its end: one read
+ * per small file, not a second one to see 0. A FIFO whose writer stays open stands for that file
+ * here: a second read would block, and the test would time out. */
+Test(cgroup_procs, a_short_read_is_the_end, .timeout = 10)
+{
+    char dir[] = "/tmp/xmprun-test-short-XXXXXX", fifo[128], buf[64];
+    struct pids_seen s = {0};
+    int w;
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(fifo, sizeof(fifo), "%s/memory.current", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    w = open(fifo, O_RDWR | O_CLOEXEC);
+    cr_assert_geq(w, 0);
+    cr_assert_eq(write(w, "4096\n", 5), 5);
+    cr_assert_eq(xmp_cg_read(dir, "memory.current", buf, sizeof(buf), NULL), 0);
+    cr_expect_str_eq(buf, "4096\n");
+    cr_assert_eq(write(w, "101\n102", 7), 7);
+    cr_assert_eq(xmp_cg_each_pid(fifo, collect_pid, &s), 0);
+    cr_expect_eq(s.n, 2, "%zu pids", s.n);
+    cr_expect(s.n == 2 && s.pids[0] == 101 && s.pids[1] == 102);
+    close(w);
+    unlink(fifo);
+    rmdir(dir);
 }
