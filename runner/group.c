@@ -17,8 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -524,13 +526,32 @@ lost_its_peer(struct xmp_supervisor *sv, struct xmp_worker *w)
     return xmp_worker_peer_loss(w->rep, w->tail.lines, w->tail.count, addr, sizeof(addr)) != NULL;
 }
 
+/* waitid for the worker (through its pidfd where it has one, so that a recycled pid can never
+ * be confused with it) with the kernel's fifth argument, which glibc's waitid leaves out: the
+ * reaped worker's own resource usage and that of the children it reaped. */
+static int
+wait_worker(const struct xmp_worker *w, int options, siginfo_t *si, struct rusage *ru)
+{
+    int ret;
+
+    memset(si, 0, sizeof(*si));
+    memset(ru, 0, sizeof(*ru));
+    do {
+        if (w->pidfd >= 0)
+            ret = (int)syscall(SYS_waitid, P_PIDFD, w->pidfd, si, WEXITED | options, ru);
+        else
+            ret = (int)syscall(SYS_waitid, P_PID, w->pid, si, WEXITED | options, ru);
+    } while (ret < 0 && errno == EINTR);
+    return ret;
+}
+
 static void
-finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *si)
+finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *si,
+              const struct rusage *ru)
 {
     struct xmp_worker_report *rep = w->rep;
     struct xmp_cgroup_stats st = {-1, -1, -1, -1, -1};
     struct xmp_error err = {0};
-    struct rusage ru;
 
     xmp_now_real(&rep->ended_at);
     rep->ended_mono_ns = xmp_now_ns();
@@ -541,14 +562,10 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
         rep->signal = si->si_status;
         rep->exit_code = -1;
     }
-    /* CPU time: the cgroup's counters include everything the worker forked; without a cgroup
-     * the growth of RUSAGE_CHILDREN across this reap is the worker and its reaped children. */
-    if (getrusage(RUSAGE_CHILDREN, &ru) == 0) {
-        rep->user_s = (double)(ru.ru_utime.tv_sec - w->ru_base.ru_utime.tv_sec) +
-                      (double)(ru.ru_utime.tv_usec - w->ru_base.ru_utime.tv_usec) / 1e6;
-        rep->system_s = (double)(ru.ru_stime.tv_sec - w->ru_base.ru_stime.tv_sec) +
-                        (double)(ru.ru_stime.tv_usec - w->ru_base.ru_stime.tv_usec) / 1e6;
-    }
+    /* CPU time: the cgroup's counters include everything the worker forked; without a cgroup,
+     * the reap's own count is the worker and the children it reaped. */
+    rep->user_s = (double)ru->ru_utime.tv_sec + (double)ru->ru_utime.tv_usec / 1e6;
+    rep->system_s = (double)ru->ru_stime.tv_sec + (double)ru->ru_stime.tv_usec / 1e6;
     if (w->cg != NULL && xmp_cgroup_read_stats(w->cg, &st, &err) == 0) {
         rep->memory_peak = st.memory_peak;
         rep->oom_kills = st.oom_kills;
@@ -634,19 +651,10 @@ static void
 try_reap(struct xmp_supervisor *sv, struct xmp_worker *w)
 {
     siginfo_t si;
-    int ret;
+    struct rusage ru;
 
-    if (!w->running)
-        return;
-    memset(&si, 0, sizeof(si));
-    do {
-        if (w->pidfd >= 0)
-            ret = waitid((idtype_t)P_PIDFD, (id_t)w->pidfd, &si, WEXITED | WNOHANG);
-        else
-            ret = waitid(P_PID, (id_t)w->pid, &si, WEXITED | WNOHANG);
-    } while (ret < 0 && errno == EINTR);
-    if (ret == 0 && si.si_pid != 0)
-        finish_worker(sv, w, &si);
+    if (w->running && wait_worker(w, WNOHANG, &si, &ru) == 0 && si.si_pid != 0)
+        finish_worker(sv, w, &si, &ru);
 }
 
 static void
@@ -843,7 +851,6 @@ spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t index)
      * run's directory was just made, empty.) */
     if (pw->error_file != NULL && sv->restart > 0 && sv->run_fd >= 0)
         unlinkat(sv->run_fd, strrchr(pw->error_file, '/') + 1, 0);
-    getrusage(RUSAGE_CHILDREN, &w->ru_base);
     /* Every run has new cgroups (a restart makes them again), so all they count is this run's. */
     if (w->cg != NULL)
         xmp_cgroup_oom_snapshot(w->cg, &w->oom_snap);
@@ -1106,9 +1113,10 @@ loop_while(struct xmp_supervisor *sv, bool (*more)(const struct xmp_supervisor *
             kill_all_now(sv);
             for (size_t i = 0; i < sv->n_workers; i++) {
                 struct xmp_worker *w = &sv->workers[i];
-                siginfo_t si = {0};
-                if (w->running && waitid(P_PID, (id_t)w->pid, &si, WEXITED) == 0)
-                    finish_worker(sv, w, &si);
+                siginfo_t si;
+                struct rusage ru;
+                if (w->running && wait_worker(w, 0, &si, &ru) == 0)
+                    finish_worker(sv, w, &si, &ru);
             }
             if (sv->zy.running) {
                 siginfo_t si = {0};

@@ -48,7 +48,6 @@ struct xmp_worker {
     bool start_failed;                   /* the child reported why it could not exec */
     bool stop_sent;                      /* xmprun asked it to stop */
     struct xmp_cgroup_oom_snap oom_snap; /* the limit counters of its chain at its start */
-    struct rusage ru_base;
     struct xmp_stream out;
     struct xmp_stream err;
     struct xmp_tail tail;

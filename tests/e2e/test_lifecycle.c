@@ -677,3 +677,44 @@ Test(lifecycle, v2_unprivileged_gc_in_a_delegated_cgroup, .timeout = 900)
     cr_assert_str_eq(left, "", "gc left %s in %s", left, cg);
     e2e_fini(&e);
 }
+
+/* A worker's CPU time is its own and its children's: from the reap itself without cgroups
+ * (rank 0's awk burns ~0.3 s of user time in a child of the worker's shell; rank 1 sleeps, and
+ * must not be charged with it however the reaps interleave), and from the cgroup's counters
+ * with them. */
+#define CPUTIME_SPEC(cgroups)                                                                      \
+    "version: 1\n"                                                                                 \
+    "name: cputime\n"                                                                              \
+    "workers: 2\n"                                                                                 \
+    "devices: {kind: cpu}\n"                                                                       \
+    "isolation: {cgroups: " cgroups "}\n"                                                          \
+    "command: |\n"                                                                                 \
+    "  if [ \"$RANK\" = 0 ]; then awk 'BEGIN { for (i = 0; i < 1.2e7; i++) s += i }'\n"            \
+    "  else sleep 0.5; fi\n"
+
+Test(lifecycle, cpu_time_is_each_workers_own, .timeout = 120)
+{
+    for (int cgroups = 0; cgroups < 2; cgroups++) {
+        struct e2e e;
+
+        if (cgroups && !e2e_can_cgroup()) {
+            cr_log_info("cgroups: needs root or a delegated cgroup; the run without them passed");
+            break;
+        }
+        e2e_init(&e);
+        if (cgroups)
+            e2e_spec(&e, CPUTIME_SPEC("required"));
+        else
+            e2e_spec(&e, CPUTIME_SPEC("off"));
+        cr_assert_eq(e2e_run(&e, 90, NULL), 0, "stderr:\n%s", e.r.err);
+        e2e_load_report(&e);
+        json_t *busy = json_object_get(e2e_worker(&e, 0), "cpu");
+        json_t *idle = json_object_get(e2e_worker(&e, 1), "cpu");
+        double user0 = json_number_value(json_object_get(busy, "user_s"));
+        double user1 = json_number_value(json_object_get(idle, "user_s"));
+        cr_expect_geq(user0, 0.1, "cgroups %d: rank 0's user time %.3f s", cgroups, user0);
+        cr_expect_lt(user1, 0.05, "cgroups %d: rank 1's user time %.3f s", cgroups, user1);
+        e2e_assert_clean(&e);
+        e2e_fini(&e);
+    }
+}
