@@ -405,7 +405,8 @@ collect_pid(pid_t pid, void *data)
 }
 
 /* cgroup.procs read without stdio: every pid of a list longer than one read's buffer (a line
- * cut at the buffer's end is joined to its rest), a last line without its newline, and the
+ * cut at the buffer's end is joined to its rest: pids of 4 to 5 digits, so that lines do not
+ * fall on the buffer's edges), a last line without its newline, and the
  * caller's stop. */
 Test(cgroup_procs, every_pid_of_a_long_list)
 {
@@ -416,12 +417,12 @@ Test(cgroup_procs, every_pid_of_a_long_list)
     cr_assert_geq(fd, 0);
     FILE *f = fdopen(fd, "w");
     for (int i = 0; i < 2500; i++)
-        fprintf(f, i == 2499 ? "%d" : "%d\n", 100000 + i * 7);
+        fprintf(f, i == 2499 ? "%d" : "%d\n", 1000 + i * 37);
     fclose(f);
     cr_assert_eq(xmp_cg_each_pid(path, collect_pid, &s), 0);
     cr_assert_eq(s.n, 2500, "%zu pids", s.n);
     for (size_t i = 0; i < s.n; i++)
-        cr_assert_eq(s.pids[i], 100000 + (pid_t)i * 7, "pid %zu: %d", i, (int)s.pids[i]);
+        cr_assert_eq(s.pids[i], 1000 + (pid_t)i * 37, "pid %zu: %d", i, (int)s.pids[i]);
     s = (struct pids_seen){.stop_at = 3};
     cr_assert_eq(xmp_cg_each_pid(path, collect_pid, &s), 0);
     cr_expect_eq(s.n, 3);
