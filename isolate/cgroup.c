@@ -1019,17 +1019,13 @@ settle(struct xmp_cg_layout *layout, struct xmp_error *err)
 int
 xmp_cgroup_destroy(struct xmp_cgroup *cg, struct xmp_error *err)
 {
-    struct xmp_error e = {0};
     int ret;
 
     if (cg == NULL)
         return 0;
-    ret = settle(cg->layout, &e);
-    if (destroy_tree(cg, true, err) < 0)
-        return -1;
-    if (ret < 0 && err != NULL)
-        *err = e;
-    return ret;
+    /* destroy_tree sets err only when it fails, so settle's error stays otherwise. */
+    ret = settle(cg->layout, err);
+    return destroy_tree(cg, true, err) < 0 ? -1 : ret;
 }
 
 static bool

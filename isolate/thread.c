@@ -25,7 +25,7 @@ bool
 xmp_thread_start(struct xmp_thread *t, void *(*fn)(void *), void *arg, size_t stack_size)
 {
     pthread_attr_t attr;
-    cpu_set_t allowed, other;
+    cpu_set_t other;
     sigset_t all, old;
     size_t page = (size_t)getpagesize();
     int here = sched_getcpu();
@@ -34,12 +34,10 @@ xmp_thread_start(struct xmp_thread *t, void *(*fn)(void *), void *arg, size_t st
     /* The kernel would start it on this CPU, where it would wait for this thread to block (the
      * load balancer moves it only later); on a single CPU it could only take turns. */
     CPU_ZERO(&other);
-    if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
-        t->allowed = allowed;
+    if (sched_getaffinity(0, sizeof(t->allowed), &t->allowed) == 0)
         for (int cpu = 0; cpu < CPU_SETSIZE && CPU_COUNT(&other) == 0; cpu++)
-            if (cpu != here && CPU_ISSET(cpu, &allowed))
+            if (cpu != here && CPU_ISSET(cpu, &t->allowed))
                 CPU_SET(cpu, &other);
-    }
     if (CPU_COUNT(&other) == 0)
         return false;
     /* A guard page below the stack, as glibc's own stacks have. */
