@@ -12,13 +12,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* The commit thread only syncs, renames and formats an error message. */
+#define COMMIT_STACK (64 * 1024)
 
 static const char *
 file_kind(mode_t mode)
@@ -218,8 +220,7 @@ xmp_file_write_atomic_start(const char *path, const char *text, bool durable,
     }
     /* The fsyncs wait for the disk, not the CPU: a thread waits for them while the caller goes
      * on. Without a thread, they are done here. */
-    c->threaded = durable && pthread_create(&c->thread, NULL, commit, c) == 0;
-    if (!c->threaded)
+    if (!durable || !xmp_thread_start(&c->thread, commit, c, COMMIT_STACK))
         commit(c);
     return 0;
 fail:
@@ -233,9 +234,7 @@ xmp_file_write_atomic_finish(struct xmp_file_commit *c, struct xmp_error *err)
 {
     int ret;
 
-    if (c->threaded)
-        pthread_join(c->thread, NULL);
-    c->threaded = false;
+    xmp_thread_join(&c->thread);
     ret = c->ret;
     if (ret < 0 && err != NULL && c->err.msg[0] != '\0')
         *err = c->err;

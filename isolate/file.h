@@ -5,8 +5,8 @@
 #define XMP_FILE_H
 
 #include "isolate/error.h"
+#include "isolate/thread.h"
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,8 +32,8 @@ struct xmp_file_commit {
     char *base_copy;
     int dfd, fd;
     char tmp[512];
-    bool durable, threaded;
-    pthread_t thread;
+    bool durable;
+    struct xmp_thread thread;
     int ret;
     struct xmp_error err;
 };
