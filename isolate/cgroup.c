@@ -396,6 +396,7 @@ static void
 free_cgroup(struct xmp_cgroup *cg)
 {
     xmp_cg_oom_unwatch(cg);
+    xmp_cg_held_close(cg);
     if (cg->dirfd >= 0)
         close(cg->dirfd);
     if (cg->owns_layout) {
@@ -728,22 +729,47 @@ signal_pid(pid_t pid, void *data)
     return true;
 }
 
+/* The hierarchy whose cgroup.procs lists every process of cg: the cgroup2 one where there is
+ * one, else the first it has a directory in; -1 if none. */
+static int
+procs_hier(const struct xmp_cgroup *cg)
+{
+    if (cg->layout->unified >= 0)
+        return cg->layout->unified;
+    for (size_t i = 0; i < cg->layout->n; i++)
+        if (cg->own & (1u << i))
+            return (int)i;
+    return -1;
+}
+
 int
-xmp_cgroup_signal(const struct xmp_cgroup *cg, int sig, struct xmp_error *err)
+xmp_cgroup_signal(struct xmp_cgroup *cg, int sig, struct xmp_error *err)
 {
     struct signal_pids s = {sig, getpid()};
-    const char *procs = NULL;
+    int i = procs_hier(cg), fd;
 
-    if (cg->layout->unified >= 0)
-        procs = cg->procs[cg->layout->unified];
-    for (size_t i = 0; procs == NULL && i < cg->layout->n; i++)
-        if (cg->own & (1u << i))
-            procs = cg->procs[i];
-    if (procs == NULL)
+    if (i < 0)
         return 0;
-    if (xmp_cg_each_pid(procs, signal_pid, &s) < 0)
-        return xmp_error_set(err, errno, "read `%s`", procs);
+    fd = xmp_cg_held_fd(cg, (size_t)i, "cgroup.procs");
+    if ((fd >= 0 ? xmp_cg_each_pid_fd(fd, true, signal_pid, &s)
+                 : xmp_cg_each_pid(cg->procs[i], signal_pid, &s)) < 0)
+        return xmp_error_set(err, errno, "read `%s`", cg->procs[i]);
     return 0;
+}
+
+void
+xmp_cgroup_hold(struct xmp_cgroup *cg)
+{
+    struct xmp_cgroup_stats st;
+    int i = procs_hier(cg);
+
+    if (cg->n_held > 0)
+        return;
+    cg->holding = true;
+    cg->ops->read_stats(cg, &st, NULL);
+    if (i >= 0)
+        xmp_cg_held_fd(cg, (size_t)i, "cgroup.procs");
+    cg->holding = false;
 }
 
 int
@@ -769,8 +795,7 @@ xmp_cgroup_is_empty(const struct xmp_cgroup *cg)
 }
 
 int
-xmp_cgroup_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st,
-                      struct xmp_error *err)
+xmp_cgroup_read_stats(struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct xmp_error *err)
 {
     st->memory_peak = st->oom_kills = st->user_usec = st->system_usec = st->pids_hits = -1;
     return cg->ops->read_stats(cg, st, err);
@@ -917,6 +942,7 @@ destroy_tree(struct xmp_cgroup *cg, bool wait, struct xmp_error *err)
 static bool
 remove_released(struct xmp_cgroup *cg)
 {
+    xmp_cg_held_close(cg);
     for (size_t i = 0; i < cg->layout->n; i++)
         if ((cg->own & (1u << i)) && rmdir(cg->dir[i]) < 0 && errno != ENOENT)
             return false;

@@ -113,12 +113,19 @@ int xmp_cgroup_kill(struct xmp_cgroup *cg, struct xmp_error *err);
 /* Sends sig to every process listed in the cgroup (except xmprun itself): the cgroup2
  * directory where there is one, else the v1 memory hierarchy, which every cgroup of the job has
  * a directory in. For a graceful SIGTERM; xmp_cgroup_kill is the sure SIGKILL. */
-int xmp_cgroup_signal(const struct xmp_cgroup *cg, int sig, struct xmp_error *err);
+int xmp_cgroup_signal(struct xmp_cgroup *cg, int sig, struct xmp_error *err);
+
+/* Opens the files that the stats read and the signal sweep of cg read, and keeps them open until
+ * the cgroup is released or destroyed, so that each of those reads is a single pread: for the
+ * supervisor's idle time while the job runs, which the end of the job then does not spend on
+ * opens and closes. Best effort (a file that cannot be opened is opened again when read); up to
+ * six fds per cgroup. */
+void xmp_cgroup_hold(struct xmp_cgroup *cg);
 
 /* True when no process is left in the cgroup (cgroup.events populated 0, or empty cgroup.procs). */
 bool xmp_cgroup_is_empty(const struct xmp_cgroup *cg);
 
-int xmp_cgroup_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st,
+int xmp_cgroup_read_stats(struct xmp_cgroup *cg, struct xmp_cgroup_stats *st,
                           struct xmp_error *err);
 
 /* OOM attribution: which cgroup's memory limit fired. The chain of a cgroup is the cgroup, its

@@ -36,24 +36,21 @@ xmp_cg_write(const char *dir, const char *file, const char *value, struct xmp_er
     return 0;
 }
 
-int
-xmp_cg_read(const char *dir, const char *file, char *buf, size_t size, struct xmp_error *err)
+/* Reads fd, dir/file, into buf (NUL-terminated, trailing newline kept): from where it is, or with
+ * held (a file read before) from its start, where a seq_file shows its values anew. */
+static int
+read_fd(int fd, bool held, const char *dir, const char *file, char *buf, size_t size,
+        struct xmp_error *err)
 {
-    char path[XMP_CG_PATH + 64];
-    cleanup_close int fd = -1;
     size_t o = 0;
 
-    snprintf(path, sizeof(path), "%s/%s", dir, file);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return xmp_error_set(err, errno, "open `%s`", path);
     while (o + 1 < size) {
         size_t want = size - 1 - o;
-        ssize_t n = read(fd, buf + o, want);
+        ssize_t n = held ? pread(fd, buf + o, want, (off_t)o) : read(fd, buf + o, want);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
-            return xmp_error_set(err, errno, "read `%s`", path);
+            return xmp_error_set(err, errno, "read `%s/%s`", dir, file);
         o += (size_t)n;
         /* Cgroup files are seq_files, whose read fills what it is given while there is more: a
          * short read is the end, and a second read (one syscall per file, three per reaped
@@ -66,22 +63,42 @@ xmp_cg_read(const char *dir, const char *file, char *buf, size_t size, struct xm
 }
 
 int
+xmp_cg_read(const char *dir, const char *file, char *buf, size_t size, struct xmp_error *err)
+{
+    char path[XMP_CG_PATH + 64];
+    cleanup_close int fd = -1;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return xmp_error_set(err, errno, "open `%s`", path);
+    return read_fd(fd, false, dir, file, buf, size, err);
+}
+
+int
 xmp_cg_each_pid(const char *procs, bool (*fn)(pid_t pid, void *data), void *data)
 {
     cleanup_close int fd = open(procs, O_RDONLY | O_CLOEXEC);
+
+    return fd < 0 ? -1 : xmp_cg_each_pid_fd(fd, false, fn, data);
+}
+
+int
+xmp_cg_each_pid_fd(int fd, bool held, bool (*fn)(pid_t pid, void *data), void *data)
+{
     char buf[4096];
     size_t have = 0;
+    off_t at = 0;
 
-    if (fd < 0)
-        return -1;
     for (;;) {
         size_t want = sizeof(buf) - 1 - have;
-        ssize_t n = read(fd, buf + have, want);
+        ssize_t n = held ? pread(fd, buf + have, want, at) : read(fd, buf + have, want);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             return -1;
-        bool eof = (size_t)n < want; /* a short read is the end (see xmp_cg_read) */
+        at += n;
+        bool eof = (size_t)n < want; /* a short read is the end (see read_fd) */
         char *p = buf, *end = buf + have + n, *nl;
         *end = '\0';
         /* Whole lines; at the end of the file, what is left too. */
@@ -595,4 +612,52 @@ xmp_cg_parent_dir(const char *dir, char *buf, size_t size)
     slash = strrchr(buf, '/');
     if (slash != NULL && slash != buf)
         *slash = '\0';
+}
+
+/* ---- files held open while the job runs ---- */
+
+/* Whether cg's files in hierarchy i are read at their paths, not through libcgroup (which does not
+ * see a hybrid host's cgroup2 tree). */
+static bool
+held_direct(const struct xmp_cgroup *cg, size_t i)
+{
+    return cg->layout->h[i].lc_ctrl[0] == '\0' || is_direct(&cg->layout->h[i], cg->rel);
+}
+
+int
+xmp_cg_held_fd(struct xmp_cgroup *cg, size_t i, const char *file)
+{
+    char path[XMP_CG_PATH + 64];
+    int fd;
+
+    for (size_t k = 0; k < cg->n_held; k++)
+        if (cg->held[k].hier == i && strcmp(cg->held[k].file, file) == 0)
+            return cg->held[k].fd;
+    if (!cg->holding || cg->n_held == XMP_CG_HELD || !held_direct(cg, i))
+        return -1;
+    snprintf(path, sizeof(path), "%s/%s", cg->dir[i], file);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0)
+        cg->held[cg->n_held++] = (struct xmp_cg_held){i, file, fd};
+    return fd;
+}
+
+int
+xmp_cg_held_read(struct xmp_cgroup *cg, size_t i, const char *file, char *buf, size_t size,
+                 struct xmp_error *err)
+{
+    int fd = xmp_cg_held_fd(cg, i, file);
+
+    if (fd < 0)
+        return held_direct(cg, i)
+                   ? xmp_cg_read(cg->dir[i], file, buf, size, err)
+                   : xmp_cg_lc_read(&cg->layout->h[i], cg->rel, file, buf, size, err);
+    return read_fd(fd, true, cg->dir[i], file, buf, size, err);
+}
+
+void
+xmp_cg_held_close(struct xmp_cgroup *cg)
+{
+    while (cg->n_held > 0)
+        close(cg->held[--cg->n_held].fd);
 }

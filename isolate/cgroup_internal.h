@@ -105,6 +105,9 @@ struct xmp_cg_layout {
 
 struct xmp_cg_ops;
 
+/* At most: peak, OOM count, pids hits, two CPU time files and cgroup.procs. */
+#define XMP_CG_HELD 6
+
 struct xmp_cgroup {
     const struct xmp_cg_ops *ops;
     struct xmp_cg_layout *layout; /* owned by the job, shared by its children */
@@ -122,6 +125,15 @@ struct xmp_cgroup {
      * reads the counters of limited cgroups only. */
     int64_t mem_limit;
     int64_t memsw_limit;
+    /* Files held open (xmp_cgroup_hold) so that the reap's stats and the stop's sweep are a
+     * pread each rather than an open, a read and a close: hierarchy, name (a literal) and fd. */
+    struct xmp_cg_held {
+        size_t hier;
+        const char *file;
+        int fd;
+    } held[XMP_CG_HELD];
+    size_t n_held;
+    bool holding;  /* in xmp_cgroup_hold: the reads below open and keep */
     bool released; /* handed to the remover: nobody else touches it until the settle */
     bool gone;     /* the remover removed all its directories (read after the thread's join) */
     char rel[XMP_CG_PATH];  /* below xmprun's own cgroup: "xmprun-a-1" or ".../worker-0" */
@@ -139,8 +151,7 @@ struct xmp_cg_ops {
      * applies limits. Removes what it created on failure. */
     int (*create)(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_error *err);
     int (*kill)(struct xmp_cgroup *cg, struct xmp_error *err);
-    int (*read_stats)(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st,
-                      struct xmp_error *err);
+    int (*read_stats)(struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct xmp_error *err);
 };
 
 extern const struct xmp_cg_ops xmp_cg_v1_ops;
@@ -169,6 +180,16 @@ bool xmp_cg_exists(const char *dir, const char *file);
 /* Calls fn with each pid a cgroup.procs file lists, until fn returns false. -1 with errno when
  * the file cannot be opened or read. No stdio: a stop of the job lists every worker's file. */
 int xmp_cg_each_pid(const char *procs, bool (*fn)(pid_t pid, void *data), void *data);
+/* The same through an open cgroup.procs: from where it is, or with held from its start. */
+int xmp_cg_each_pid_fd(int fd, bool held, bool (*fn)(pid_t pid, void *data), void *data);
+/* file of cg in hierarchy i, read as xmp_cg_lc_read does; through the fd held for it if there is
+ * one, and while cg->holding, opened and kept (directly handled hierarchies only). */
+int xmp_cg_held_read(struct xmp_cgroup *cg, size_t i, const char *file, char *buf, size_t size,
+                     struct xmp_error *err);
+/* The fd held for file of cg in hierarchy i; while cg->holding, opened now. -1 if none. */
+int xmp_cg_held_fd(struct xmp_cgroup *cg, size_t i, const char *file);
+/* Closes every held file of cg. */
+void xmp_cg_held_close(struct xmp_cgroup *cg);
 /* Value of "key N" in a flat-keyed file text (memory.events, cpu.stat, oom_control); -1 if absent.
  */
 int64_t xmp_cg_keyed(const char *text, const char *key);

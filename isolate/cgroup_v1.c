@@ -305,44 +305,42 @@ v1_kill(struct xmp_cgroup *cg, struct xmp_error *err)
 }
 
 static int
-v1_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct xmp_error *err)
+v1_read_stats(struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct xmp_error *err)
 {
     const struct xmp_cg_layout *lay = cg->layout;
     char buf[1024];
     int i;
 
     if ((i = hier_of(lay, XMP_CG_MEMORY)) >= 0 && (cg->own & (1u << i))) {
-        const struct xmp_cg_hier *h = &lay->h[i];
-        if (xmp_cg_lc_read(h, cg->rel, "memory.max_usage_in_bytes", buf, sizeof(buf), err) < 0)
+        if (xmp_cg_held_read(cg, (size_t)i, "memory.max_usage_in_bytes", buf, sizeof(buf), err) < 0)
             return -1;
         st->memory_peak = strtoll(buf, NULL, 10);
-        if (xmp_cg_lc_read(h, cg->rel, "memory.oom_control", buf, sizeof(buf), err) < 0)
+        if (xmp_cg_held_read(cg, (size_t)i, "memory.oom_control", buf, sizeof(buf), err) < 0)
             return -1;
         st->oom_kills = xmp_cg_keyed(buf, "oom_kill");
     }
     if ((i = hier_of(lay, XMP_CG_PIDS)) >= 0 && (cg->own & (1u << i)) &&
-        xmp_cg_lc_read(&lay->h[i], cg->rel, "pids.events", buf, sizeof(buf), NULL) == 0)
+        xmp_cg_held_read(cg, (size_t)i, "pids.events", buf, sizeof(buf), NULL) == 0)
         st->pids_hits = xmp_cg_keyed(buf, "max");
     if (lay->unified >= 0 && lay->caps.v2_cpu_stat) {
         /* The tracking tree's cpu.stat (core cgroup2 accounting, no controller needed; so
          * libcgroup, which sees no controller there, cannot read it). */
-        if (xmp_cg_read(cg->dir[lay->unified], "cpu.stat", buf, sizeof(buf), err) < 0)
+        if (xmp_cg_held_read(cg, (size_t)lay->unified, "cpu.stat", buf, sizeof(buf), err) < 0)
             return -1;
         st->user_usec = xmp_cg_keyed(buf, "user_usec");
         st->system_usec = xmp_cg_keyed(buf, "system_usec");
     } else if ((i = hier_of(lay, XMP_CG_CPUACCT)) >= 0 && (cg->own & (1u << i))) {
-        const struct xmp_cg_hier *h = &lay->h[i];
         if (lay->caps.cpuacct_usage) {
-            if (xmp_cg_lc_read(h, cg->rel, "cpuacct.usage_user", buf, sizeof(buf), err) < 0)
+            if (xmp_cg_held_read(cg, (size_t)i, "cpuacct.usage_user", buf, sizeof(buf), err) < 0)
                 return -1;
             st->user_usec = strtoll(buf, NULL, 10) / 1000;
-            if (xmp_cg_lc_read(h, cg->rel, "cpuacct.usage_sys", buf, sizeof(buf), err) < 0)
+            if (xmp_cg_held_read(cg, (size_t)i, "cpuacct.usage_sys", buf, sizeof(buf), err) < 0)
                 return -1;
             st->system_usec = strtoll(buf, NULL, 10) / 1000;
         } else {
             /* Before Linux 4.6 only cpuacct.stat, in USER_HZ ticks. */
             long hz = sysconf(_SC_CLK_TCK);
-            if (xmp_cg_lc_read(h, cg->rel, "cpuacct.stat", buf, sizeof(buf), err) < 0)
+            if (xmp_cg_held_read(cg, (size_t)i, "cpuacct.stat", buf, sizeof(buf), err) < 0)
                 return -1;
             st->user_usec = xmp_cgroup_ticks_to_usec(xmp_cg_keyed(buf, "user"), hz);
             st->system_usec = xmp_cgroup_ticks_to_usec(xmp_cg_keyed(buf, "system"), hz);

@@ -342,24 +342,24 @@ v2_kill(struct xmp_cgroup *cg, struct xmp_error *err)
 }
 
 static int
-v2_read_stats(const struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct xmp_error *err)
+v2_read_stats(struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct xmp_error *err)
 {
-    const struct xmp_cg_hier *h = &cg->layout->h[cg->layout->unified];
+    size_t u = (size_t)cg->layout->unified;
     char buf[1024];
 
     /* memory.peak exists from Linux 5.19; before it the report says "unknown" (-1). */
     if (cg->layout->caps.peak) {
-        if (xmp_cg_lc_read(h, cg->rel, "memory.peak", buf, sizeof(buf), err) < 0)
+        if (xmp_cg_held_read(cg, u, "memory.peak", buf, sizeof(buf), err) < 0)
             return -1;
         st->memory_peak = strtoll(buf, NULL, 10);
     }
-    if (xmp_cg_lc_read(h, cg->rel, "memory.events", buf, sizeof(buf), err) < 0)
+    if (xmp_cg_held_read(cg, u, "memory.events", buf, sizeof(buf), err) < 0)
         return -1;
     st->oom_kills = xmp_cg_keyed(buf, "oom_kill");
     /* pids.events exists where the pids controller is enabled (always, for a job's cgroups). */
-    if (xmp_cg_lc_read(h, cg->rel, "pids.events", buf, sizeof(buf), NULL) == 0)
+    if (xmp_cg_held_read(cg, u, "pids.events", buf, sizeof(buf), NULL) == 0)
         st->pids_hits = xmp_cg_keyed(buf, "max");
-    if (xmp_cg_lc_read(h, cg->rel, "cpu.stat", buf, sizeof(buf), err) < 0)
+    if (xmp_cg_held_read(cg, u, "cpu.stat", buf, sizeof(buf), err) < 0)
         return -1;
     st->user_usec = xmp_cg_keyed(buf, "user_usec");
     st->system_usec = xmp_cg_keyed(buf, "system_usec");

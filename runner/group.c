@@ -1056,6 +1056,7 @@ prepare_run(struct xmp_supervisor *sv)
     sv->stopping = XMP_STOP_NONE;
     sv->peer_wait_ns = 0;
     sv->kill_at_ns = 0;
+    sv->held_upto = 0;
     arm_timer(sv);
 }
 
@@ -1091,6 +1092,29 @@ write_state(struct xmp_supervisor *sv)
     }
 }
 
+/* Workers whose cgroup files one idle turn opens (xmp_cgroup_hold: about 40 us a worker). */
+#define HOLD_PER_TURN 4
+
+/* While the job runs, the loop's idle turns open each worker's cgroup files for its end, so that
+ * the reaps after a failure (the stop's sweep, then every worker's stats) do not open them. */
+static bool
+holds_pending(const struct xmp_supervisor *sv)
+{
+    /* In worker order, each once it is started (fork mode starts them after the preload). */
+    return sv->hold_files && sv->stopping == XMP_STOP_NONE && sv->held_upto < sv->n_workers &&
+           sv->workers[sv->held_upto].pid > 0;
+}
+
+static void
+hold_some(struct xmp_supervisor *sv)
+{
+    for (size_t k = 0; k < HOLD_PER_TURN && holds_pending(sv); k++) {
+        struct xmp_worker *w = &sv->workers[sv->held_upto++];
+        if (w->running && w->cg != NULL)
+            xmp_cgroup_hold(w->cg);
+    }
+}
+
 /* Runs the event loop while more(sv) holds. */
 static void
 loop_while(struct xmp_supervisor *sv, bool (*more)(const struct xmp_supervisor *sv))
@@ -1099,10 +1123,14 @@ loop_while(struct xmp_supervisor *sv, bool (*more)(const struct xmp_supervisor *
 
     while (more(sv)) {
         /* Lines are gathered while events keep coming and written when the loop goes idle. */
-        bool pending = consoles_pending(sv);
-        int n = epoll_wait(sv->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), pending ? 0 : -1);
-        if (n == 0 && pending) {
-            service_consoles(sv);
+        bool pending = consoles_pending(sv), holds = holds_pending(sv);
+        int n = epoll_wait(sv->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])),
+                           pending || holds ? 0 : -1);
+        if (n == 0 && (pending || holds)) {
+            if (pending)
+                service_consoles(sv);
+            else
+                hold_some(sv);
             continue;
         }
         if (n < 0 && errno == EINTR)

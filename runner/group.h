@@ -105,6 +105,10 @@ struct xmp_supervisor {
     int64_t kill_at_ns;   /* 0: no kill pending */
     int64_t deadline_ns;  /* 0: no timeout */
     int64_t peer_wait_ns; /* a worker lost its peer: when the job stops if nothing else fails */
+    /* The descriptors allow holding each worker's cgroup files open (xmp_cgroup_hold), which
+     * the idle loop does for workers [0, held_upto) so far. */
+    bool hold_files;
+    size_t held_upto;
     int restart;
     sigset_t old_mask; /* the mask xmprun started with, restored in workers and at the end */
     /* RLIMIT_NOFILE as xmprun inherited it, before it raised its own soft limit; the workers

@@ -388,6 +388,8 @@ setup_workers(struct xmp_supervisor *sv, struct xmp_error *err)
 /* xmprun's own besides those: the four pipe ends of the worker being spawned, the report's and
  * the state file's writes, cgroup and error files read at a worker's end. */
 #define FDS_RESERVE 32
+/* The cgroup files that xmp_cgroup_hold keeps open per worker, when the limit allows. */
+#define FDS_HELD_PER_WORKER 6
 
 /* Refuses a job that cannot get the descriptors it needs, before anything is created, rather
  * than fail at worker 162 with whatever message the call that hit EMFILE gives. */
@@ -398,7 +400,11 @@ check_fd_budget(struct xmp_supervisor *sv, struct xmp_error *err)
     size_t need = xmp_file_count_open() + FDS_RESERVE + sv->plan.n_workers * per;
     struct rlimit rl;
 
-    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || need <= rl.rlim_cur)
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return 0;
+    sv->hold_files = rl.rlim_cur == RLIM_INFINITY ||
+                     need + sv->plan.n_workers * FDS_HELD_PER_WORKER <= rl.rlim_cur;
+    if (rl.rlim_cur == RLIM_INFINITY || need <= rl.rlim_cur)
         return 0;
     xmp_error_set(err, 0,
                   "out of file descriptors (RLIMIT_NOFILE %llu): %zu workers need about "

@@ -159,6 +159,43 @@ Test(lifecycle, a_reaped_workers_cgroup_goes_while_the_job_runs, .timeout = 120)
     e2e_fini(&e);
 }
 
+/* While the job runs, xmprun opens each worker's stats files and keeps them open for its end
+ * (xmp_cgroup_hold): what the report says must still be read at the end, not at that open. Each
+ * worker waits until its files are among xmprun's descriptors, then allocates 96 MiB; a peak
+ * read when the files were opened would be a few MiB. */
+Test(lifecycle, stats_of_files_held_open_are_read_at_the_end, .timeout = 120)
+{
+    struct e2e e;
+
+    if (!e2e_can_cgroup())
+        cr_skip_test("needs root or a delegated cgroup");
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: held\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "isolation: {cgroups: required}\n"
+                 "resources: {worker: {memory: 256Mi}}\n"
+                 "command: |\n"
+                 "  for i in $(seq 200); do\n"
+                 "    if ls -l /proc/$PPID/fd | grep -Eq "
+                 "\"worker-$RANK/memory.(peak|max_usage_in_bytes)$\"; then\n"
+                 "      echo \"rank $RANK held\"; exec %1$s alloc 96 0.1\n"
+                 "    fi\n"
+                 "    sleep 0.05\n"
+                 "  done\n"
+                 "  echo \"rank $RANK: not held\"; exit 3\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 0, "out:\n%s\nstderr:\n%s", e.r.out, e.r.err);
+    e2e_load_report(&e);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *mem = json_object_get(e2e_worker(&e, i), "memory");
+        long long peak = (long long)json_integer_value(json_object_get(mem, "peak_bytes"));
+        cr_assert_geq(peak, 96LL << 20, "worker %zu: peak %lld; out:\n%s", i, peak, e.r.out);
+    }
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
 /* True when legacy mode can be forced: root, and a hybrid host whose cgroup2 mount can be
  * dropped in a private mount namespace (as in a container where runc mounts no cgroup2). */
 static bool
