@@ -942,7 +942,11 @@ destroy_tree(struct xmp_cgroup *cg, bool wait, struct xmp_error *err)
 static bool
 remove_released(struct xmp_cgroup *cg)
 {
+    /* Its descriptors too: the main thread would close them one by one at the settle. */
     xmp_cg_held_close(cg);
+    if (cg->dirfd >= 0)
+        close(cg->dirfd);
+    cg->dirfd = -1;
     for (size_t i = 0; i < cg->layout->n; i++)
         if ((cg->own & (1u << i)) && rmdir(cg->dir[i]) < 0 && errno != ENOENT)
             return false;
