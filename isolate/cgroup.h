@@ -119,7 +119,8 @@ int xmp_cgroup_signal(struct xmp_cgroup *cg, int sig, struct xmp_error *err);
  * the cgroup is released or destroyed, so that each of those reads is a single pread: for the
  * supervisor's idle time while the job runs, which the end of the job then does not spend on
  * opens and closes. Best effort (a file that cannot be opened is opened again when read); up to
- * six fds per cgroup. */
+ * XMP_CGROUP_HELD fds per cgroup (peak, OOM count, pids hits, two CPU time files, cgroup.procs). */
+#define XMP_CGROUP_HELD 6
 void xmp_cgroup_hold(struct xmp_cgroup *cg);
 
 /* True when no process is left in the cgroup (cgroup.events populated 0, or empty cgroup.procs). */

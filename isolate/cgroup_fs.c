@@ -196,6 +196,14 @@ is_direct(const struct xmp_cg_hier *h, const char *rel)
     return h->direct || strchr(rel, '/') != NULL;
 }
 
+/* Whether libcgroup leaves the cgroup rel of h alone: direct, or a hierarchy it has no controller
+ * name for (a hybrid host's cgroup2 tree, which it does not see). */
+static bool
+not_libcgroups(const struct xmp_cg_hier *h, const char *rel)
+{
+    return h->lc_ctrl[0] == '\0' || is_direct(h, rel);
+}
+
 /* The directory of the cgroup rel in hierarchy h, for the hierarchies handled directly. */
 static void
 direct_dir(const struct xmp_cg_hier *h, const char *rel, char *buf, size_t size)
@@ -279,7 +287,7 @@ lc_create_slowly(const struct xmp_cgroup *cg, unsigned mask, const struct xmp_cg
         struct cgroup *lc;
         int ret;
 
-        if (!(mask & (1u << i)) || h->lc_ctrl[0] == '\0' || is_direct(h, cg->rel))
+        if (!(mask & (1u << i)) || not_libcgroups(h, cg->rel))
             continue;
         xmp_cg_lc_name(h, cg->rel, name, sizeof(name));
         lc = cgroup_new_cgroup(name);
@@ -387,7 +395,7 @@ xmp_cg_lc_read(const struct xmp_cg_hier *h, const char *rel, const char *file, c
     size_t o = 0;
     int ret;
 
-    if (is_direct(h, rel)) {
+    if (not_libcgroups(h, rel)) {
         direct_dir(h, rel, path, sizeof(path));
         return xmp_cg_read(path, file, buf, size, err);
     }
@@ -616,14 +624,6 @@ xmp_cg_parent_dir(const char *dir, char *buf, size_t size)
 
 /* ---- files held open while the job runs ---- */
 
-/* Whether cg's files in hierarchy i are read at their paths, not through libcgroup (which does not
- * see a hybrid host's cgroup2 tree). */
-static bool
-held_direct(const struct xmp_cgroup *cg, size_t i)
-{
-    return cg->layout->h[i].lc_ctrl[0] == '\0' || is_direct(&cg->layout->h[i], cg->rel);
-}
-
 int
 xmp_cg_held_fd(struct xmp_cgroup *cg, size_t i, const char *file)
 {
@@ -633,7 +633,8 @@ xmp_cg_held_fd(struct xmp_cgroup *cg, size_t i, const char *file)
     for (size_t k = 0; k < cg->n_held; k++)
         if (cg->held[k].hier == i && strcmp(cg->held[k].file, file) == 0)
             return cg->held[k].fd;
-    if (!cg->holding || cg->n_held == XMP_CG_HELD || !held_direct(cg, i))
+    if (!cg->holding || cg->n_held == XMP_CGROUP_HELD ||
+        !not_libcgroups(&cg->layout->h[i], cg->rel))
         return -1;
     snprintf(path, sizeof(path), "%s/%s", cg->dir[i], file);
     fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -649,9 +650,7 @@ xmp_cg_held_read(struct xmp_cgroup *cg, size_t i, const char *file, char *buf, s
     int fd = xmp_cg_held_fd(cg, i, file);
 
     if (fd < 0)
-        return held_direct(cg, i)
-                   ? xmp_cg_read(cg->dir[i], file, buf, size, err)
-                   : xmp_cg_lc_read(&cg->layout->h[i], cg->rel, file, buf, size, err);
+        return xmp_cg_lc_read(&cg->layout->h[i], cg->rel, file, buf, size, err);
     return read_fd(fd, true, cg->dir[i], file, buf, size, err);
 }
 

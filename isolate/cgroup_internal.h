@@ -105,9 +105,6 @@ struct xmp_cg_layout {
 
 struct xmp_cg_ops;
 
-/* At most: peak, OOM count, pids hits, two CPU time files and cgroup.procs. */
-#define XMP_CG_HELD 6
-
 struct xmp_cgroup {
     const struct xmp_cg_ops *ops;
     struct xmp_cg_layout *layout; /* owned by the job, shared by its children */
@@ -131,7 +128,7 @@ struct xmp_cgroup {
         size_t hier;
         const char *file;
         int fd;
-    } held[XMP_CG_HELD];
+    } held[XMP_CGROUP_HELD];
     size_t n_held;
     bool holding;  /* in xmp_cgroup_hold: the reads below open and keep */
     bool released; /* handed to the remover: nobody else touches it until the settle */

@@ -388,8 +388,6 @@ setup_workers(struct xmp_supervisor *sv, struct xmp_error *err)
 /* xmprun's own besides those: the four pipe ends of the worker being spawned, the report's and
  * the state file's writes, cgroup and error files read at a worker's end. */
 #define FDS_RESERVE 32
-/* The cgroup files that xmp_cgroup_hold keeps open per worker, when the limit allows. */
-#define FDS_HELD_PER_WORKER 6
 
 /* Refuses a job that cannot get the descriptors it needs, before anything is created, rather
  * than fail at worker 162 with whatever message the call that hit EMFILE gives. */
@@ -402,8 +400,9 @@ check_fd_budget(struct xmp_supervisor *sv, struct xmp_error *err)
 
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
         return 0;
-    sv->hold_files = rl.rlim_cur == RLIM_INFINITY ||
-                     need + sv->plan.n_workers * FDS_HELD_PER_WORKER <= rl.rlim_cur;
+    /* Each worker's cgroup files held open for its end (xmp_cgroup_hold), only where they fit. */
+    sv->hold_files =
+        rl.rlim_cur == RLIM_INFINITY || need + sv->plan.n_workers * XMP_CGROUP_HELD <= rl.rlim_cur;
     if (rl.rlim_cur == RLIM_INFINITY || need <= rl.rlim_cur)
         return 0;
     xmp_error_set(err, 0,
