@@ -725,6 +725,9 @@ done:
     report_started =
         !report_refused && xmp_report_write_start(&sv.report, path, &commit, &err) == 0;
     report_lost = !report_refused && !report_started;
+    /* Before the cgroups: what the workers left is killed already (xmp_group_run), and the
+     * remover may still be removing their cgroups, which destroy waits for. */
+    remove_run_dir(&sv);
     destroy_cgroups(&sv);
     /* Leave the cgroup as it was found: out of the xmprun-self leaf (cgroup v2), which is
      * removed, so that it neither piles up nor blocks the next process that joins the parent. */
@@ -733,7 +736,6 @@ done:
         if (xmp_cgroup_leave_self_leaf(&e) < 0 && !xmp_quiet(&sv))
             fprintf(stderr, "xmprun: warning: %s\n", e.msg);
     }
-    remove_run_dir(&sv);
     /* Destroying the cgroups killed what was left; those were xmprun's children (it is their
      * subreaper), so reap them rather than leave zombies. */
     xmp_group_kill_orphans(0);
