@@ -20,6 +20,10 @@ tests_tmp=$(mktemp -d /tmp/xmprun-mutation-tests.XXXXXX)
 chmod 1777 "$tests_tmp"
 export XMPRUN_TEST_TMPDIR=$tests_tmp TMPDIR=$tests_tmp
 cleanup() {
+    # What a mutant made xmprun leave (cgroups, killed workers' state files) is collected while
+    # its state files are still there; by the rebuilt, unmutated xmprun at a normal end.
+    [[ ! -x $work/tree/build/xmprun ]] ||
+        XMPRUN_BIN=$work/tree/build/xmprun "$src/tests/scripts/collect_leftovers.sh"
     rm -rf "$tests_tmp"
     [[ -n $keep_work ]] || rm -rf "$work"
 }
