@@ -392,13 +392,21 @@ check_absent(const struct xmp_cgroup *cg, struct xmp_error *err)
     return 0;
 }
 
+/* The descriptors cg keeps: its held files and its directory. */
+static void
+close_fds(struct xmp_cgroup *cg)
+{
+    xmp_cg_held_close(cg);
+    if (cg->dirfd >= 0)
+        close(cg->dirfd);
+    cg->dirfd = -1;
+}
+
 static void
 free_cgroup(struct xmp_cgroup *cg)
 {
     xmp_cg_oom_unwatch(cg);
-    xmp_cg_held_close(cg);
-    if (cg->dirfd >= 0)
-        close(cg->dirfd);
+    close_fds(cg);
     if (cg->owns_layout) {
         xmp_devices_prog_release(&cg->layout->dev_prog);
         free(cg->layout);
@@ -943,10 +951,7 @@ static bool
 remove_released(struct xmp_cgroup *cg)
 {
     /* Its descriptors too: the main thread would close them one by one at the settle. */
-    xmp_cg_held_close(cg);
-    if (cg->dirfd >= 0)
-        close(cg->dirfd);
-    cg->dirfd = -1;
+    close_fds(cg);
     for (size_t i = 0; i < cg->layout->n; i++)
         if ((cg->own & (1u << i)) && rmdir(cg->dir[i]) < 0 && errno != ENOENT)
             return false;

@@ -343,25 +343,21 @@ run(int argc, char **argv)
     }
     if (strcmp(cmd, "alloc") == 0 && argc >= 2) {
         size_t mib = (size_t)atol(argv[1]);
-        void *last = NULL; /* each MiB starts with the address of the one before */
+        char **blocks = calloc(mib > 0 ? mib : 1, sizeof(*blocks));
+        if (blocks == NULL)
+            return 3;
         for (size_t i = 0; i < mib; i++) {
-            char *p = malloc(1 << 20);
-            if (p == NULL)
+            if ((blocks[i] = malloc(1 << 20)) == NULL)
                 return 3;
-            memset(p, 0x5a, 1 << 20);
-            memcpy(p, &last, sizeof(last));
-            last = p;
+            memset(blocks[i], 0x5a, 1 << 20);
         }
         printf("allocated %zu MiB\n", mib);
         fflush(stdout);
         sleep_s(argc >= 3 ? atof(argv[2]) : 30);
         /* Given back, so that a probe built with LeakSanitizer exits 0 when it ends by itself. */
-        while (last != NULL) {
-            void *prev;
-            memcpy(&prev, last, sizeof(prev));
-            free(last);
-            last = prev;
-        }
+        for (size_t i = 0; i < mib; i++)
+            free(blocks[i]);
+        free(blocks);
         return 0;
     }
     if (strcmp(cmd, "forkbomb") == 0)
