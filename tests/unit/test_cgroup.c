@@ -4,13 +4,13 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "helpers/testlib.h"
 #include "isolate/cgroup.h"
 #include "isolate/cgroup_internal.h" /* xmp_cg_keyed */
 
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,42 +409,14 @@ collect_pid(pid_t pid, void *data)
  * cut at the buffer's end is joined to its rest: pids of 4 to 5 digits, so that lines do not
  * fall on the buffer's edges), a last line without its newline, and the
  * caller's stop. */
-/* The tests' temp files, removed by .fini also when an assertion ends the test early (as it
- * does under a mutant), so that no run leaves them in /tmp. */
-static char procs_path[] = "/tmp/xmprun-test-procs-XXXXXX";
-static char short_dir[] = "/tmp/xmprun-test-short-XXXXXX", short_fifo[128];
-
-static void
-remove_procs_file(void)
+Test(cgroup_procs, every_pid_of_a_long_list)
 {
-    unlink(procs_path);
-}
-
-static void
-remove_short_dir(void)
-{
-    unlink(short_fifo);
-    rmdir(short_dir);
-}
-
-/* A read that blocks (the bug the short-read test is there for) would have Criterion's timeout
- * kill the test, which runs no .fini: the test's own alarm removes them first, and fails it. */
-static void
-short_read_stuck(int sig)
-{
-    (void)sig;
-    remove_short_dir();
-    _exit(1);
-}
-
-Test(cgroup_procs, every_pid_of_a_long_list, .fini = remove_procs_file)
-{
-    char *path = procs_path;
-    int fd = mkstemp(path);
+    char *dir = xt_tmpdir(), path[4096];
     struct pids_seen s = {0};
 
-    cr_assert_geq(fd, 0);
-    FILE *f = fdopen(fd, "w");
+    snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
     for (int i = 0; i < 2500; i++)
         fprintf(f, i == 2499 ? "%d" : "%d\n", 1000 + i * 37);
     fclose(f);
@@ -457,21 +429,20 @@ Test(cgroup_procs, every_pid_of_a_long_list, .fini = remove_procs_file)
     cr_expect_eq(s.n, 3);
     unlink(path);
     cr_expect_eq(xmp_cg_each_pid(path, collect_pid, &s), -1);
+    xt_tmpdir_remove(dir);
+    free(dir);
 }
 
 /* A cgroup file's read fills the buffer while there is more, so a short read is its end: one read
  * per small file, not a second one to see 0. A FIFO whose writer stays open stands for that file
  * here: a second read would block, and the test would time out. */
-Test(cgroup_procs, a_short_read_is_the_end, .timeout = 10, .fini = remove_short_dir)
+Test(cgroup_procs, a_short_read_is_the_end, .timeout = 10)
 {
-    char *dir = short_dir, *fifo = short_fifo, buf[64];
+    char *dir = xt_tmpdir(), fifo[4096], buf[64];
     struct pids_seen s = {0};
     int w;
 
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(fifo, sizeof(short_fifo), "%s/memory.current", dir);
-    signal(SIGALRM, short_read_stuck);
-    alarm(5);
+    snprintf(fifo, sizeof(fifo), "%s/memory.current", dir);
     cr_assert_eq(mkfifo(fifo, 0600), 0);
     w = open(fifo, O_RDWR | O_CLOEXEC);
     cr_assert_geq(w, 0);
@@ -482,6 +453,7 @@ Test(cgroup_procs, a_short_read_is_the_end, .timeout = 10, .fini = remove_short_
     cr_assert_eq(xmp_cg_each_pid(fifo, collect_pid, &s), 0);
     cr_expect_eq(s.n, 2, "%zu pids", s.n);
     cr_expect(s.n == 2 && s.pids[0] == 101 && s.pids[1] == 102);
-    alarm(0);
     close(w);
+    xt_tmpdir_remove(dir);
+    free(dir);
 }
