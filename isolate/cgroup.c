@@ -950,8 +950,6 @@ destroy_tree(struct xmp_cgroup *cg, bool wait, struct xmp_error *err)
 static bool
 remove_released(struct xmp_cgroup *cg)
 {
-    /* Its descriptors too: the main thread would close them one by one at the settle. */
-    close_fds(cg);
     for (size_t i = 0; i < cg->layout->n; i++)
         if ((cg->own & (1u << i)) && rmdir(cg->dir[i]) < 0 && errno != ENOENT)
             return false;
@@ -988,6 +986,10 @@ xmp_cgroup_release(struct xmp_cgroup *cg)
     /* The job, and a cgroup with children, are destroy's. */
     if (cg->parent == NULL || cg->nchildren > 0 || cg->released)
         return;
+    /* Its descriptors are closed here rather than on the remover, whose rmdirs are what the end
+     * of a job waits for: 13-19 us a worker for its six held files, against 35-40 us for the
+     * memory cgroup's rmdir. */
+    close_fds(cg);
     if (!rm->active) {
         pthread_mutex_init(&rm->mu, NULL);
         pthread_cond_init(&rm->cv, NULL);
