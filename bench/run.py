@@ -19,6 +19,12 @@
              regular file, against the C tagger; the pipe's reader and the file are checked line
              by line (none lost, cut, duplicated or spliced)
   rss        the launcher's RSS with 8 idle workers and its wakeups per second
+  +contract  (launch, failure, rss) the floors again, as bench_baseline_libs: linked with the four
+             libraries xmprun must use (libcgroup, libseccomp, libyaml, jansson), which their exec
+             then loads, and ending with the durable report the contract asks for (SPEC.md
+             section 5: a temp file, fsync, rename, fsync of the directory, on a thread beside the
+             cgroups' removal, as xmprun writes its own): the part of xmprun's time that any
+             launcher under this contract, built on these libraries, spends as well
   peers      torchrun and torch.multiprocessing.spawn (Debian's python3-torch), when installed
 
 --compare OTHER_XMPRUN[,...] runs other builds' xmprun beside this one in the launch and failure
@@ -47,6 +53,7 @@ only = set(args.only.split(","))
 xmprun = os.path.abspath(os.path.join(args.build, "xmprun"))
 baseline = os.path.abspath(os.path.join(args.build, "bench", "bench_baseline"))
 zygote = os.path.abspath(os.path.join(args.build, "bench", "bench_zygote"))
+baseline_libs = os.path.abspath(os.path.join(args.build, "bench", "bench_baseline_libs"))
 tmp = tempfile.mkdtemp(prefix="xmprun-bench-")
 report = os.path.join(tmp, "report.json")
 py = "/usr/bin/python3"
@@ -79,7 +86,9 @@ def ms(samples):
 
 
 def timed(name, cmd):
-    t, r = run(cmd)
+    """cmd: argv, or (argv, extra environment)."""
+    cmd, env = with_env(cmd)
+    t, r = run(cmd, env=env)
     check(name, r)
     return t
 
@@ -92,6 +101,20 @@ def interleaved(cases, reps, measure=timed):
         for k, cmd in cases.items():
             res[k].append(measure(k, cmd))
     return res
+
+
+def with_env(cmd, base=None):
+    if isinstance(cmd, tuple):
+        return cmd[0], dict(base if base is not None else os.environ, **cmd[1])
+    return cmd, base
+
+
+# The contract floors write their report where xmprun writes its own (a disk directory).
+contract_env = {"BENCH_REPORT": os.path.join(tmp, "floor-report.json")}
+
+
+def contract(*argv):
+    return ([baseline_libs, *argv], contract_env)
 
 
 shm = tempfile.mkdtemp(prefix="xmprun-bench-", dir="/dev/shm") if os.path.isdir("/dev/shm") else tmp
@@ -157,7 +180,7 @@ print(f"# floor = cgroup2 + v1 {floor_min or 'none'} (the limit); "
 if "launch" in only:
     print("\n## launch -> exit, N workers of /bin/true")
     print(f"{'N':>4} {'floor':>7} {'floor-all':>9} {'floor-iso':>9} {'xmprun':>7} {'/floor':>6} "
-          f"{'/all':>5} {'/iso':>5} {'tmpfs':>7} {'/iso':>5}   (ms)")
+          f"{'/all':>5} {'/iso':>5} {'tmpfs':>7} {'/iso':>5} {'iso+contract':>12} {'/iso+c':>6}   (ms)")
     off_rows = []
     for n in [int(s) for s in args.sizes.split(",")]:
         path = spec(f"bench-true-{n}", n, "[/bin/true]")
@@ -171,6 +194,8 @@ if "launch" in only:
             "floor": [baseline, "isolated", str(n), floor_min],
             "all": [baseline, "isolated", str(n), floor_all],
             "iso": [baseline, "isolated", str(n), floor_all, "confined"],
+            "isoc": contract("isolated", str(n), floor_all, "confined"),
+            "forkc": contract("launch", str(n), "confined"),
             "xmprun": [xmprun, "-q", path],
             "shm": [xmprun, "-q", shm_path],
             "off": [xmprun, "-q", off],
@@ -179,15 +204,17 @@ if "launch" in only:
         m = {k: ms(v) for k, v in interleaved(cases, args.reps).items()}
         print(f"{n:>4} {m['floor']:>7.2f} {m['all']:>9.2f} {m['iso']:>9.2f} {m['xmprun']:>7.2f} "
               f"{m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} "
-              f"{m['xmprun'] / m['iso']:>5.2f} {m['shm']:>7.2f} {m['shm'] / m['iso']:>5.2f}")
+              f"{m['xmprun'] / m['iso']:>5.2f} {m['shm']:>7.2f} {m['shm'] / m['iso']:>5.2f} "
+              f"{m['isoc']:>12.2f} {m['xmprun'] / m['isoc']:>6.2f}")
         off_rows.append((n, m))
     print("\n## launch -> exit with cgroups off, against fork+exec (+seccomp: each child loads the filter)")
+    print("# +contract: +seccomp, linked with xmprun's libraries, and the durable report")
     print(f"{'N':>4} {'fork+exec':>9} {'+seccomp':>8} {'no-cg':>7} {'/fork':>6} {'/+sc':>5} "
-          f"{'no-cg,tmpfs':>11} {'/+sc':>5}   (ms)")
+          f"{'no-cg,tmpfs':>11} {'/+sc':>5} {'+contract':>9} {'/+c':>5}   (ms)")
     for n, m in off_rows:
         print(f"{n:>4} {m['fork']:>9.2f} {m['forksc']:>8.2f} {m['off']:>7.2f} "
               f"{m['off'] / m['fork']:>6.2f} {m['off'] / m['forksc']:>5.2f} {m['offshm']:>11.2f} "
-              f"{m['offshm'] / m['forksc']:>5.2f}")
+              f"{m['offshm'] / m['forksc']:>5.2f} {m['forkc']:>9.2f} {m['off'] / m['forkc']:>5.2f}")
     print_compare("launch -> exit", off_rows)
 
 if "fork" in only:
@@ -204,6 +231,7 @@ fenv = dict(os.environ, BENCH_STAMP=stamp, BENCH_FAIL_MS="300")
 
 
 def fail_latency(cmd, want=1, env=fenv):
+    cmd, env = with_env(cmd, env)
     if os.path.exists(stamp):
         os.unlink(stamp)
     time.sleep(COLD_S)
@@ -228,6 +256,7 @@ if "failure" in only:
         "floor": [baseline, "failfast", str(n), floor_min],
         "all": [baseline, "failfast", str(n), floor_all],
         "iso": [baseline, "failfast", str(n), floor_all, "confined"],
+        "isoc": contract("failfast", str(n), floor_all, "confined"),
         "xmprun": [xmprun, "-q", path],
         "shm": [xmprun, "-q", shm_path],
         "off": [xmprun, "-q", off],
@@ -236,11 +265,12 @@ if "failure" in only:
     m = {k: ms(v) for k, v in res.items()}
     print(f"{'N':>4} {'fork+exec':>9} {'floor':>7} {'floor-all':>9} {'floor-iso':>9} {'xmprun':>7} "
           f"{'/floor':>6} {'/all':>5} {'/iso':>5} {'tmpfs':>7} {'/iso':>5} {'no-cg':>7} {'/fork':>6}"
-          "   (ms)")
+          f" {'iso+contract':>12} {'/iso+c':>6}   (ms)")
     print(f"{n:>4} {m['fork']:>9.2f} {m['floor']:>7.2f} {m['all']:>9.2f} {m['iso']:>9.2f} "
           f"{m['xmprun']:>7.2f} {m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} "
           f"{m['xmprun'] / m['iso']:>5.2f} {m['shm']:>7.2f} {m['shm'] / m['iso']:>5.2f} "
-          f"{m['off']:>7.2f} {m['off'] / m['fork']:>6.2f}")
+          f"{m['off']:>7.2f} {m['off'] / m['fork']:>6.2f} {m['isoc']:>12.2f} "
+          f"{m['xmprun'] / m['isoc']:>6.2f}")
     print_compare("failure -> exit", [(n, m)])
 
 if "console" in only:
@@ -313,12 +343,14 @@ def rss_and_wakeups(cmd):
 if "rss" in only:
     print("\n## launcher RSS with 8 idle workers (sleep 3), and its context switches in 1 s of idleness")
     path = spec("bench-idle", 8, "[/bin/sleep, '3']")
-    rows = {"floor (baseline idle 8)": [baseline, "idle", "8"], "xmprun": [xmprun, "-q", path]}
+    rows = {"floor (baseline idle 8)": [baseline, "idle", "8"],
+            "floor, xmprun's libraries": [baseline_libs, "idle", "8"],
+            "xmprun": [xmprun, "-q", path]}
     for name, cmd in rows.items():
         samples = [rss_and_wakeups(cmd) for _ in range(3)]
         rss = statistics.median(s[0] for s in samples)
         wake = max(s[1] for s in samples)
-        print(f"{name:>24}: {rss:.2f} MiB, {wake} wakeups/s")
+        print(f"{name:>26}: {rss:.2f} MiB, {wake} wakeups/s")
 
 if peers:
     n = 8
