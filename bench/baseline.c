@@ -26,6 +26,11 @@
  *   baseline verify N MIB        read stdin and check it is exactly the tagged lines of N workers:
  *                                each line whole, none lost, duplicated, reordered or spliced
  *   baseline idle N              supervise N children sleeping 3 s (the RSS floor)
+ *   baseline_libs idle N SPEC    the same, having first used each library that xmprun must use
+ *                                the way any launcher under the contract uses it, once: SPEC
+ *                                parsed with libyaml, libcgroup's init, a JSON record encoded
+ *                                with jansson (libseccomp is linked only: xmprun's built-in
+ *                                profiles are compiled when it is built)
  *   baseline cgmove FILE         write our own pid to the cgroup.procs FILE of the cgroup we are
  *                                already in, twice, and print how long each write took (the first
  *                                move into a v1 cgroup after a quiet spell waits for an RCU grace
@@ -41,6 +46,12 @@
 #include "isolate/cgroup.h"
 #include "isolate/devices.h"
 #include "isolate/seccomp.h"
+
+#ifdef BENCH_LIBS
+#include <jansson.h>
+#include <libcgroup.h>
+#include <yaml.h>
+#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -155,6 +166,38 @@ cgmove(const char *procs)
     }
     return 0;
 }
+
+#ifdef BENCH_LIBS
+/* The libraries' code that a launcher touches by using each of them once (see idle). */
+static int
+use_libs(const char *spec)
+{
+    FILE *f = fopen(spec, "re");
+    yaml_parser_t parser;
+    yaml_event_t ev;
+    int events = 0;
+    bool end = false;
+
+    if (f == NULL || !yaml_parser_initialize(&parser))
+        return -1;
+    yaml_parser_set_input_file(&parser, f);
+    while (!end && yaml_parser_parse(&parser, &ev)) {
+        end = ev.type == YAML_STREAM_END_EVENT;
+        yaml_event_delete(&ev);
+        events++;
+    }
+    yaml_parser_delete(&parser);
+    fclose(f);
+    if (!end || cgroup_init() != 0)
+        return -1;
+    json_t *doc = json_pack("{s:s, s:i, s:[{s:i, s:s}]}", "spec", spec, "events", events, "workers",
+                            "rank", 0, "state", "running");
+    char *text = doc != NULL ? json_dumps(doc, JSON_INDENT(2)) : NULL;
+    json_decref(doc);
+    free(text);
+    return text != NULL ? 0 : -1;
+}
+#endif
 
 /* ---- the contract's durable report ---- */
 
@@ -719,6 +762,12 @@ main(int argc, char **argv)
     }
     if (strcmp(argv[1], "idle") == 0) {
         char *const cmd[] = {"/bin/sleep", "3", NULL};
+#ifdef BENCH_LIBS
+        if (argc == 4 && use_libs(argv[3]) < 0) {
+            fprintf(stderr, "baseline: %s: could not use the libraries\n", argv[3]);
+            return 2;
+        }
+#endif
         for (int i = 0; i < n; i++)
             pids[i] = spawn(cmd, i, -1);
         while (wait(NULL) > 0)

@@ -18,7 +18,9 @@
   console    8 workers x MIB of 128-byte lines, "[rank] " prefix, to /dev/null, a pipe and a
              regular file, against the C tagger; the pipe's reader and the file are checked line
              by line (none lost, cut, duplicated or spliced)
-  rss        the launcher's RSS with 8 idle workers and its wakeups per second
+  rss        the launcher's RSS (and PSS) with 8 idle workers and its wakeups per second, against
+             the floor, the floor with xmprun's libraries loaded, and the floor having used each
+             of them once (bench_baseline_libs idle 8 SPEC); xmprun's RSS by mapping
   +contract  (launch, failure, rss) the floors again, as bench_baseline_libs: linked with the four
              libraries xmprun must use (libcgroup, libseccomp, libyaml, jansson), which their exec
              then loads, and ending with the durable report the contract asks for (SPEC.md
@@ -322,7 +324,21 @@ if "console" in only:
     os.unlink(out_file)
 
 
+def smaps_parts(pid):
+    """RSS in KiB by what is mapped: each library, xmprun's binary, heap, stack, other anon."""
+    parts, name = {}, None
+    for line in open(f"/proc/{pid}/smaps"):
+        f = line.split()
+        if "-" in f[0] and len(f[0]) > 8 and ":" not in f[0]:
+            name = os.path.basename(f[5]) if len(f) > 5 else "anon"
+            name = name.split(".so")[0] if ".so" in name else name
+        elif f[0] == "Rss:" and int(f[1]) > 0:
+            parts[name] = parts.get(name, 0) + int(f[1])
+    return parts
+
+
 def rss_and_wakeups(cmd):
+    """RSS and PSS (MiB) after 1 s, the context switches in the next second, the parts."""
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)
 
@@ -333,24 +349,32 @@ def rss_and_wakeups(cmd):
             d[k] = (v.split() or [""])[0]
         return d
     a = status()
+    pss = next(int(l.split()[1]) for l in open(f"/proc/{p.pid}/smaps_rollup") if l.startswith("Pss:"))
+    parts = smaps_parts(p.pid)
     time.sleep(1.0)
     b = status()
     p.wait()
     wake = sum(int(b[k]) - int(a[k]) for k in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"))
-    return int(b["VmRSS"]) / 1024.0, wake
+    return int(b["VmRSS"]) / 1024.0, pss / 1024.0, wake, parts
 
 
 if "rss" in only:
     print("\n## launcher RSS with 8 idle workers (sleep 3), and its context switches in 1 s of idleness")
+    print("# PSS: each shared page counted once among the processes that map it")
     path = spec("bench-idle", 8, "[/bin/sleep, '3']")
     rows = {"floor (baseline idle 8)": [baseline, "idle", "8"],
-            "floor, xmprun's libraries": [baseline_libs, "idle", "8"],
+            "floor, libraries loaded": [baseline_libs, "idle", "8"],
+            "floor, libraries used": [baseline_libs, "idle", "8", path],
             "xmprun": [xmprun, "-q", path]}
     for name, cmd in rows.items():
         samples = [rss_and_wakeups(cmd) for _ in range(3)]
         rss = statistics.median(s[0] for s in samples)
-        wake = max(s[1] for s in samples)
-        print(f"{name:>26}: {rss:.2f} MiB, {wake} wakeups/s")
+        pss = statistics.median(s[1] for s in samples)
+        wake = max(s[2] for s in samples)
+        print(f"{name:>24}: RSS {rss:.2f} MiB, PSS {pss:.2f} MiB, {wake} wakeups/s")
+    parts = samples[-1][3]
+    print("# xmprun's RSS by mapping (KiB): " +
+          ", ".join(f"{k} {v}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])))
 
 if peers:
     n = 8
