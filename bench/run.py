@@ -33,8 +33,8 @@
 cases (the same specs, in the same interleaving) and prints each one's medians and this build's
 ratio to them: an A/B of builds, for a change smaller than the run-to-run spread of the floors.
 
-usage: bench/run.py [BUILD_DIR] [--reps R] [--sizes 8,32,128] [--console-mib M] [--no-peers]
-                    [--only launch,failure,...] [--compare OTHER_XMPRUN[,...]]
+usage: bench/run.py [BUILD_DIR] [--reps R] [--sizes 8,32,128] [--console-mib M] [--rss-reps R]
+                    [--no-peers] [--only launch,failure,...] [--compare OTHER_XMPRUN[,...]]
 """
 import argparse, atexit, os, shutil, statistics, subprocess, sys, tempfile, time
 
@@ -46,6 +46,7 @@ ap.add_argument("--fail-size", type=int, default=32)
 ap.add_argument("--console-mib", type=int, default=100, help="MiB each of the 8 workers prints")
 ap.add_argument("--console-reps", type=int, default=5)
 ap.add_argument("--peer-reps", type=int, default=3)
+ap.add_argument("--rss-reps", type=int, default=3)
 ap.add_argument("--no-peers", action="store_true")
 ap.add_argument("--only", default="launch,fork,failure,console,rss,peers")
 ap.add_argument("--compare", default="", help="other builds' xmprun, comma-separated")
@@ -339,8 +340,11 @@ def smaps_parts(pid):
 
 def rss_and_wakeups(cmd):
     """RSS and PSS (MiB) after 1 s, the context switches in the next second, the parts."""
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)
+    if p.poll() is not None:
+        sys.exit(f"{cmd[0]} exited {p.returncode} before its RSS was read: "
+                 f"{p.stderr.read().decode()[-2000:]}")
 
     def status():
         d = {}
@@ -353,7 +357,8 @@ def rss_and_wakeups(cmd):
     parts = smaps_parts(p.pid)
     time.sleep(1.0)
     b = status()
-    p.wait()
+    if p.wait() != 0:
+        sys.exit(f"{cmd[0]} exited {p.returncode} in the RSS case")
     wake = sum(int(b[k]) - int(a[k]) for k in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"))
     return int(b["VmRSS"]) / 1024.0, pss / 1024.0, wake, parts
 
@@ -367,7 +372,7 @@ if "rss" in only:
             "floor, libraries used": [baseline_libs, "idle", "8", path],
             "xmprun": [xmprun, "-q", path]}
     for name, cmd in rows.items():
-        samples = [rss_and_wakeups(cmd) for _ in range(3)]
+        samples = [rss_and_wakeups(cmd) for _ in range(args.rss_reps)]
         rss = statistics.median(s[0] for s in samples)
         pss = statistics.median(s[1] for s in samples)
         wake = max(s[2] for s in samples)

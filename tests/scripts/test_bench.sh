@@ -1,8 +1,8 @@
 #!/bin/sh
 # Keeps bench/run.py working: runs it once, as small as it goes (1 rep, 2 workers, 4 for the
-# failure case, 1 MiB of console, this build compared with itself), and checks that every
-# section printed its rows. It asserts no time: the bench's numbers are read side by side in
-# one run, never tested against a limit.
+# failure case, 1 MiB of console, one RSS sample, this build compared with itself), and checks
+# that every section printed its rows. It asserts no time: the bench's numbers are read side by
+# side in one run, never tested against a limit.
 set -u
 py=/usr/bin/python3
 if [ "$(id -u)" != 0 ]; then
@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 : "${XMPRUN_SOURCE_DIR:=$(cd "$here/../.." && pwd)}"
 build=$(dirname "$XMPRUN_BIN")
 out=$("$py" "$XMPRUN_SOURCE_DIR/bench/run.py" "$build" --reps 1 --sizes 2 --fail-size 4 \
-    --console-mib 1 --console-reps 1 --only launch,fork,failure,console \
+    --console-mib 1 --console-reps 1 --rss-reps 1 --only launch,fork,failure,console,rss \
     --compare "$XMPRUN_BIN" 2>&1)
 rc=$?
 printf '%s\n' "$out"
@@ -26,7 +26,7 @@ fi
 for want in "## launch -> exit, N|2" "## launch -> exit with|2" "## start: fork|2" \
     "## failure -> exit, N|4" "## launch -> exit: this build|2" "## failure -> exit: this build|4" \
     "## console|/dev/null" \
-    "## console|pipe" "## console|file"; do
+    "## console|pipe" "## console|file" "## launcher RSS|floor," "## launcher RSS|xmprun:"; do
     section=${want%%|*}
     row=${want#*|}
     if ! printf '%s\n' "$out" | sed -n "\\|^$section|,\\|^\$|p" | grep -q "^ *$row "; then
