@@ -545,27 +545,28 @@ wait_worker(const struct xmp_worker *w, int options, siginfo_t *si, struct rusag
     return ret;
 }
 
+/* What the reap's status says the worker's end was; an OOM kill is told from a SIGKILL once
+ * its cgroup's counters are read (account_worker). */
+static enum xmp_worker_state
+end_state(const struct xmp_supervisor *sv, const struct xmp_worker *w)
+{
+    if (w->start_failed)
+        return XMP_WORKER_FAILED_TO_START;
+    if (w->stop_sent)
+        return sv->stopping == XMP_STOP_TIMEOUT ? XMP_WORKER_TIMEOUT : XMP_WORKER_STOPPED_BY_XMPRUN;
+    return w->rep->signal > 0 ? XMP_WORKER_SIGNALED : XMP_WORKER_EXITED;
+}
+
+/* The reaped worker's stats, its OOM attribution and its error file, for the report; its
+ * cgroup goes. After the stop of the others that its failure calls for, which waits for none of
+ * this. */
 static void
-finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *si,
-              const struct rusage *ru)
+account_worker(struct xmp_supervisor *sv, struct xmp_worker *w)
 {
     struct xmp_worker_report *rep = w->rep;
     struct xmp_cgroup_stats st = {-1, -1, -1, -1, -1};
     struct xmp_error err = {0};
 
-    xmp_now_real(&rep->ended_at);
-    rep->ended_mono_ns = xmp_now_ns();
-    read_exec_status(sv, w, true);
-    if (si->si_code == CLD_EXITED) {
-        rep->exit_code = si->si_status;
-    } else {
-        rep->signal = si->si_status;
-        rep->exit_code = -1;
-    }
-    /* CPU time: the cgroup's counters include everything the worker forked; without a cgroup,
-     * the reap's own count is the worker and the children it reaped. */
-    rep->user_s = (double)ru->ru_utime.tv_sec + (double)ru->ru_utime.tv_usec / 1e6;
-    rep->system_s = (double)ru->ru_stime.tv_sec + (double)ru->ru_stime.tv_usec / 1e6;
     if (w->cg != NULL && xmp_cgroup_read_stats(w->cg, &st, &err) == 0) {
         rep->memory_peak = st.memory_peak;
         rep->oom_kills = st.oom_kills;
@@ -594,18 +595,8 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
         rep->user_s = 0;
     if (rep->system_s < 0)
         rep->system_s = 0;
-
-    if (w->start_failed)
-        rep->state = XMP_WORKER_FAILED_TO_START;
-    else if (rep->signal == SIGKILL && rep->oom_kills > 0)
+    if (rep->state != XMP_WORKER_FAILED_TO_START && rep->signal == SIGKILL && rep->oom_kills > 0)
         rep->state = XMP_WORKER_OOM_KILLED;
-    else if (w->stop_sent)
-        rep->state =
-            sv->stopping == XMP_STOP_TIMEOUT ? XMP_WORKER_TIMEOUT : XMP_WORKER_STOPPED_BY_XMPRUN;
-    else if (rep->signal > 0)
-        rep->state = XMP_WORKER_SIGNALED;
-    else
-        rep->state = XMP_WORKER_EXITED;
 
     /* SIGSYS under a filter that kills is the filter's doing; the kernel's audit record of
      * the kill names the call. */
@@ -616,21 +607,20 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
         xmp_seccomp_killed_by(rep->pid, rep->seccomp_syscall, sizeof(rep->seccomp_syscall));
     }
     read_error_file(rep, sv->run_fd, w->pw->error_file);
-
-    ep_del(sv, w->pidfd);
-    if (w->pidfd >= 0)
-        close(w->pidfd);
-    w->pidfd = -1;
-    w->running = false;
-    sv->n_running--;
     if (sv->opts != NULL && sv->opts->verbosity > 0) {
         char msg[512];
         xmp_worker_describe(rep, msg, sizeof(msg));
         xmp_status_erase(&sv->status); /* xmprun's own lines go below it too */
         fprintf(stderr, "xmprun: %s\n", msg);
     }
-    if (!xmp_worker_failed(rep))
-        return;
+}
+
+/* What a failed worker's end calls for: nothing yet when an outside stop is on its way to
+ * xmprun too (the interrupt then stops the job) or when it lost a peer that may be the real
+ * cause (a timer waits for that), else the stop of the others (on_failure: kill_all). */
+static void
+on_failed_worker(struct xmp_supervisor *sv, struct xmp_worker *w)
+{
     /* Its death may be the first sign of an outside stop that is about to reach xmprun. */
     if (sv->report.interrupt_signal == 0 && died_of_outside_stop(w) && await_outside_signal(sv))
         return;
@@ -643,6 +633,40 @@ finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *
         return;
     }
     on_worker_failure(sv);
+}
+
+/* A worker was reaped (si, ru: its status and resource usage). The others are stopped first
+ * when its end calls for it, as a launcher that only signals and reaps would: the stats, the
+ * cgroup's release and the error file of this one (several calls each) come after. */
+static void
+finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *si,
+              const struct rusage *ru)
+{
+    struct xmp_worker_report *rep = w->rep;
+
+    xmp_now_real(&rep->ended_at);
+    rep->ended_mono_ns = xmp_now_ns();
+    read_exec_status(sv, w, true);
+    if (si->si_code == CLD_EXITED) {
+        rep->exit_code = si->si_status;
+    } else {
+        rep->signal = si->si_status;
+        rep->exit_code = -1;
+    }
+    /* CPU time: the cgroup's counters include everything the worker forked; without a cgroup,
+     * the reap's own count is the worker and the children it reaped. */
+    rep->user_s = (double)ru->ru_utime.tv_sec + (double)ru->ru_utime.tv_usec / 1e6;
+    rep->system_s = (double)ru->ru_stime.tv_sec + (double)ru->ru_stime.tv_usec / 1e6;
+    rep->state = end_state(sv, w);
+    ep_del(sv, w->pidfd);
+    if (w->pidfd >= 0)
+        close(w->pidfd);
+    w->pidfd = -1;
+    w->running = false;
+    sv->n_running--;
+    if (xmp_worker_failed(rep))
+        on_failed_worker(sv, w);
+    account_worker(sv, w);
 }
 
 /* Reaps the worker if it has exited; its status is taken through the pidfd so that a recycled
