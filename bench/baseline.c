@@ -35,11 +35,12 @@
  *                                already in, twice, and print how long each write took (the first
  *                                move into a v1 cgroup after a quiet spell waits for an RCU grace
  *                                period)
- * With BENCH_REPORT=PATH, launch, isolated and failfast end with the work the contract asks of
- * any launcher at a job's end (SPEC.md section 5): a report of each worker written durably to
- * PATH. bench_baseline_libs is this program linked with the four libraries xmprun must use
- * (libcgroup, libseccomp, libyaml, jansson), which its exec then loads: with both, a floor of
- * what the contract and the project's dependencies cost before any code of xmprun's runs. */
+ * bench_baseline_libs is this program linked with the four libraries xmprun must use
+ * (libcgroup, libseccomp, libyaml, jansson), which its exec then loads; with BENCH_REPORT=PATH
+ * its launch, isolated and failfast end with the work the contract asks of any launcher at a
+ * job's end (SPEC.md section 5): a report of each worker written durably to PATH. Both
+ * together are a floor of what the contract and the project's dependencies cost before any code
+ * of xmprun's own runs. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -48,6 +49,8 @@
 #include "isolate/seccomp.h"
 
 #ifdef BENCH_LIBS
+#include "isolate/file.h"
+
 #include <jansson.h>
 #include <libcgroup.h>
 #include <yaml.h>
@@ -59,7 +62,6 @@
 #include <linux/sched.h>
 #include <linux/seccomp.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -197,82 +199,72 @@ use_libs(const char *spec)
     free(text);
     return text != NULL ? 0 : -1;
 }
-#endif
 
-/* ---- the contract's durable report ---- */
-
-/* As xmprun writes its report: a temp file beside PATH, fsync, rename over PATH, fsync of the
- * directory; the fsyncs on a thread while the caller removes its cgroups, as xmprun's wait
- * while its cgroups are removed. About the size of xmprun's report (5.7 KB for 8 workers). */
+/* The report that the contract asks of any launcher at a job's end (SPEC.md section 5), to
+ * BENCH_REPORT: a record of each worker encoded with jansson and written with xmprun's own
+ * atomic write (isolate/file.c: temp file, fsync, rename, fsync of the directory, the fsyncs on
+ * a thread), started before the floor removes its cgroups and finished after, as xmprun's is. */
 struct report {
-    const char *path;
-    char tmp[4200];
-    int fd;
-    pthread_t thread;
+    struct xmp_file_commit commit;
     bool started;
 };
 
-static void *
-report_commit(void *arg)
-{
-    struct report *r = arg;
-    char dir[4200];
-
-    snprintf(dir, sizeof(dir), "%s", r->path);
-    char *slash = strrchr(dir, '/');
-    if (slash == NULL)
-        snprintf(dir, sizeof(dir), ".");
-    else
-        slash[slash == dir] = '\0';
-    if (fsync(r->fd) < 0 || close(r->fd) < 0 || rename(r->tmp, r->path) < 0)
-        return (void *)1;
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) < 0)
-        return (void *)1;
-    close(dfd);
-    return NULL;
-}
-
-/* Writes the report of n workers to its temp file and starts the thread that makes it durable. */
 static void
 report_start(struct report *r, int n)
 {
-    char rec[700];
+    const char *path = getenv("BENCH_REPORT");
+    json_t *workers = json_array();
+    struct xmp_error err = {0};
 
-    r->path = getenv("BENCH_REPORT");
     r->started = false;
-    if (r->path == NULL)
+    if (path == NULL)
         return;
-    snprintf(r->tmp, sizeof(r->tmp), "%s.tmp-%d", r->path, (int)getpid());
-    r->fd = open(r->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    bool ok = r->fd >= 0 && write(r->fd, "{\"workers\": [\n", 14) == 14;
-    for (int i = 0; ok && i < n; i++) {
-        int len = snprintf(rec, sizeof(rec),
-                           "%s{\"rank\": %d, \"state\": \"exited\", \"pad\": \"%*s\"}\n",
-                           i > 0 ? ", " : "", i, 600, "");
-        ok = write(r->fd, rec, (size_t)len) == len;
-    }
-    ok = ok && write(r->fd, "]}\n", 3) == 3 &&
-         pthread_create(&r->thread, NULL, report_commit, r) == 0;
-    if (!ok) {
-        perror(r->tmp);
+    for (int i = 0; i < n; i++)
+        json_array_append_new(workers,
+                              json_pack("{s:i, s:s, s:i, s:{s:i, s:i}, s:{s:f, s:f}, s:[]}", "rank",
+                                        i, "state", "exited", "exit_code", 0, "memory",
+                                        "limit_bytes", 1 << 30, "peak_bytes", 0, "cpu", "user_s",
+                                        0.0, "system_s", 0.0, "stderr_tail"));
+    json_t *doc = json_pack("{s:s, s:o}", "schema", "bench-floor", "workers", workers);
+    char *text = doc != NULL ? json_dumps(doc, JSON_INDENT(2)) : NULL;
+    json_decref(doc);
+    if (text == NULL || xmp_file_write_atomic_start(path, text, true, &r->commit, &err) < 0) {
+        fprintf(stderr, "baseline: %s: %s\n", path, text == NULL ? "encode" : err.msg);
         exit(2);
     }
+    free(text);
     r->started = true;
 }
 
 static void
 report_finish(struct report *r)
 {
-    void *ret = NULL;
+    struct xmp_error err = {0};
 
-    if (!r->started)
-        return;
-    if (pthread_join(r->thread, &ret) != 0 || ret != NULL) {
-        fprintf(stderr, "baseline: %s: the report was not written\n", r->path);
+    if (r->started && xmp_file_write_atomic_finish(&r->commit, &err) < 0) {
+        fprintf(stderr, "baseline: %s\n", err.msg);
         exit(2);
     }
 }
+#else
+/* The plain floors write no report. */
+struct report {
+    bool started;
+};
+
+static void
+report_start(struct report *r, int n)
+{
+    (void)n;
+    r->started = false;
+}
+
+static void
+report_finish(struct report *r)
+{
+    (void)r;
+}
+#endif
 
 /* ---- the same-isolation floor ---- */
 

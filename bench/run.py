@@ -24,8 +24,8 @@
   +contract  (launch, failure, rss) the floors again, as bench_baseline_libs: linked with the four
              libraries xmprun must use (libcgroup, libseccomp, libyaml, jansson), which their exec
              then loads, and ending with the durable report the contract asks for (SPEC.md
-             section 5: a temp file, fsync, rename, fsync of the directory, on a thread beside the
-             cgroups' removal, as xmprun writes its own): the part of xmprun's time that any
+             section 5), written by xmprun's own atomic write (isolate/file.c) beside the
+             cgroups' removal, as xmprun's is: the part of xmprun's time that any
              launcher under this contract, built on these libraries, spends as well
   peers      torchrun and torch.multiprocessing.spawn (Debian's python3-torch), when installed
 
@@ -330,12 +330,11 @@ def smaps_parts(pid):
     parts, name = {}, None
     for line in open(f"/proc/{pid}/smaps"):
         f = line.split()
-        if "-" in f[0] and len(f[0]) > 8 and ":" not in f[0]:
-            name = os.path.basename(f[5]) if len(f) > 5 else "anon"
-            name = name.split(".so")[0] if ".so" in name else name
-        elif f[0] == "Rss:" and int(f[1]) > 0:
+        if not f[0].endswith(":"):  # a mapping's header: range, perms, offset, dev, inode, path
+            name = os.path.basename(f[5]).split(".so")[0] if len(f) > 5 else "anon"
+        elif f[0] == "Rss:":
             parts[name] = parts.get(name, 0) + int(f[1])
-    return parts
+    return {k: v for k, v in parts.items() if v > 0}
 
 
 def rss_and_wakeups(cmd):
@@ -377,7 +376,7 @@ if "rss" in only:
         pss = statistics.median(s[1] for s in samples)
         wake = max(s[2] for s in samples)
         print(f"{name:>24}: RSS {rss:.2f} MiB, PSS {pss:.2f} MiB, {wake} wakeups/s")
-    parts = samples[-1][3]
+    parts = samples[-1][3]  # the last row's: xmprun's
     print("# xmprun's RSS by mapping (KiB): " +
           ", ".join(f"{k} {v}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])))
 
