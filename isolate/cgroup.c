@@ -587,6 +587,12 @@ xmp_cgroup_path(const struct xmp_cgroup *cg)
     return cg->path;
 }
 
+const char *
+xmp_cgroup_devices_note(const struct xmp_cgroup *cg)
+{
+    return cg->dev_note;
+}
+
 int64_t
 xmp_cgroup_memory_current(const struct xmp_cgroup *cg)
 {
@@ -1184,21 +1190,82 @@ check_gc_dir(const char *dir, struct xmp_error *err)
     return 0;
 }
 
+/* Looks below base (depth levels at most) for a directory X with X/rel a directory: the one
+ * whose path ends in rel. */
+static bool
+find_below(const char *base, const char *rel, int depth, char *out, size_t size)
+{
+    char path[XMP_CG_PATH * 2];
+    struct dirent *de;
+    bool found = false;
+    DIR *d;
+
+    if (snprintf(path, sizeof(path), "%s/%s", base, rel) < (int)sizeof(path) &&
+        access(path, F_OK) == 0)
+        return snprintf(out, size, "%s", path) < (int)size;
+    if (depth == 0 || (d = opendir(base)) == NULL)
+        return false;
+    while (!found && (de = readdir(d)) != NULL) {
+        if (de->d_type != DT_DIR || de->d_name[0] == '.' ||
+            snprintf(path, sizeof(path), "%s/%s", base, de->d_name) >= (int)sizeof(path))
+            continue;
+        found = find_below(path, rel, depth - 1, out, size);
+    }
+    closedir(d);
+    return found;
+}
+
+/* A job's directory as the state file recorded it, where it is not: the xmprun that wrote it ran
+ * in another cgroup namespace (a Slurm step's under task/cgroup, a container's), whose root is
+ * some cgroup further down here. The path below the mount point is the same; so is the mount
+ * point where both see the hierarchies at /sys/fs/cgroup/<controller>. The job's name is unique,
+ * so the one directory that ends in that path is the job's. Searched only for dead jobs whose
+ * directories are not where recorded. */
+static bool
+resolve_gc_dir(const char *dir, char *out, size_t size)
+{
+    cleanup_fclose FILE *f = fopen("/proc/self/mountinfo", "re");
+    char line[4096], mnt[XMP_CG_PATH], fstype[32];
+    bool found = false;
+
+    while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL) {
+        const char *dash = strstr(line, " - ");
+        size_t len;
+        if (dash == NULL || sscanf(line, "%*s %*s %*s %*s %1023s", mnt) != 1 ||
+            sscanf(dash + 3, "%31s", fstype) != 1 ||
+            (strcmp(fstype, "cgroup") != 0 && strcmp(fstype, "cgroup2") != 0))
+            continue;
+        len = strlen(mnt);
+        if (strncmp(dir, mnt, len) == 0 && dir[len] == '/')
+            found = find_below(mnt, dir + len + 1, 8, out, size);
+    }
+    return found;
+}
+
 int
 xmp_cgroup_gc_dirs(const char *const *dirs, size_t n, struct xmp_error *err)
 {
     bool found = false, busy = true;
     int64_t waited = 0;
 
+    char resolved[16][XMP_CG_PATH];
+    const char *at[16];
+
+    if (n > 16)
+        n = 16;
     for (size_t i = 0; i < n; i++) {
+        at[i] = dirs[i];
         if (check_gc_dir(dirs[i], err) < 0)
             return -1;
-        if (access(dirs[i], F_OK) != 0)
+        if (access(dirs[i], F_OK) != 0 && resolve_gc_dir(dirs[i], resolved[i], XMP_CG_PATH) &&
+            check_gc_dir(resolved[i], err) == 0)
+            at[i] = resolved[i];
+        if (access(at[i], F_OK) != 0)
             continue;
         found = true;
-        if (xmp_cg_tree_has_pid(dirs[i], getpid()))
-            return xmp_error_set(err, EBUSY, "`%s` holds this xmprun itself", dirs[i]);
-        xmp_cg_thaw_tree(dirs[i]);
+        if (xmp_cg_tree_has_pid(at[i], getpid()))
+            return xmp_error_set(err, EBUSY, "`%s` holds this xmprun itself", at[i]);
+        xmp_cg_thaw_tree(at[i]);
     }
     if (!found)
         return 0;
@@ -1208,21 +1275,21 @@ xmp_cgroup_gc_dirs(const char *const *dirs, size_t n, struct xmp_error *err)
     while (busy) {
         busy = false;
         for (size_t i = 0; i < n; i++) {
-            if (access(dirs[i], F_OK) != 0 || xmp_cg_procs_empty_tree(dirs[i]))
+            if (access(at[i], F_OK) != 0 || xmp_cg_procs_empty_tree(at[i]))
                 continue;
             busy = true;
             if (waited % 100 == 0)
-                xmp_cg_kill_procs_tree(dirs[i]);
+                xmp_cg_kill_procs_tree(at[i]);
         }
         if (!busy)
             break;
         if (waited >= 5000)
-            return xmp_error_set(err, EBUSY, "processes are still in `%s` after 5 s", dirs[0]);
+            return xmp_error_set(err, EBUSY, "processes are still in `%s` after 5 s", at[0]);
         sleep_ms(10);
         waited += 10;
     }
     for (size_t i = 0; i < n; i++)
-        if (xmp_cg_rmdir_tree(dirs[i], err) < 0)
+        if (xmp_cg_rmdir_tree(at[i], err) < 0)
             return -1;
     return 1;
 }

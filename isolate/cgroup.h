@@ -189,6 +189,10 @@ const char *xmp_cgroup_owner_kind(const char *path);
  * report and messages. */
 const char *xmp_cgroup_path(const struct xmp_cgroup *cg);
 
+/* The device nodes an enclosing v1 devices cgroup does not allow, which cg's device filter left
+ * out (a sentence), or "". */
+const char *xmp_cgroup_devices_note(const struct xmp_cgroup *cg);
+
 /* The memory the cgroup uses now (v2 memory.current, v1 memory.usage_in_bytes), or -1 when it
  * has no memory controller or the read fails. One small read: the live status line calls it
  * every second per worker. */

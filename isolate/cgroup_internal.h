@@ -95,7 +95,7 @@ struct xmp_cg_layout {
     struct xmp_cg_caps caps;
     struct xmp_cg_oom_watch watch[XMP_CG_MAX_WATCH];
     size_t n_watch;
-    char hidden[256]; /* why a v1 controller xmprun uses is missing: its mount is hidden */
+    char hidden[512]; /* why a v1 controller xmprun uses is missing: its mount is hidden */
     bool encl_known;
     size_t n_encl;
     struct xmp_cg_encl encl[XMP_CG_MAX_ENCL]; /* innermost (xmprun's own cgroup) first */
@@ -130,9 +130,10 @@ struct xmp_cgroup {
         int fd;
     } held[XMP_CGROUP_HELD];
     size_t n_held;
-    bool holding;  /* in xmp_cgroup_hold: the reads below open and keep */
-    bool released; /* handed to the remover: nobody else touches it until the settle */
-    bool gone;     /* the remover removed all its directories (read after the thread's join) */
+    bool holding;       /* in xmp_cgroup_hold: the reads below open and keep */
+    bool released;      /* handed to the remover: nobody else touches it until the settle */
+    bool gone;          /* the remover removed all its directories (read after the thread's join) */
+    char dev_note[512]; /* the device nodes an enclosing v1 devices cgroup made it leave out */
     char rel[XMP_CG_PATH];  /* below xmprun's own cgroup: "xmprun-a-1" or ".../worker-0" */
     char path[XMP_CG_PATH]; /* for the report: relative to the (unified) hierarchy root */
     /* Precomputed per hierarchy, so that attach needs no allocation in a forked child; the

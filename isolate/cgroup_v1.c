@@ -202,21 +202,101 @@ remove_created(struct xmp_cgroup *cg, unsigned mask)
             rmdir(cg->dir[i]);
 }
 
-/* Writes "a" to devices.deny, then each rule to devices.allow, in the directory dir. */
+/* One allow write; 1 when the kernel refused it (EPERM: the parent does not hold it). */
 static int
-write_devices(const char *dir, const struct xmp_dev_rules *rules, struct xmp_error *err)
+allow_device(const char *dir, const struct xmp_dev_rule *r, struct xmp_error *err)
 {
     char line[64];
 
+    xmp_devices_format(r, line, sizeof(line));
+    if (xmp_cg_write(dir, "devices.allow", line, err) == 0)
+        return 0;
+    if (err->errnum == EPERM) {
+        xmp_error_clear(err);
+        return 1;
+    }
+    return xmp_error_wrap(err, "device filter: allow `%s`", line);
+}
+
+#define XMP_DEV_MAX_PARENT 256
+
+/* The worker's device allowlist in its devices directory dir, composed with the enclosing
+ * devices cgroup (a Slurm step's under ConstrainDevices, a container's, a unit's with
+ * DevicePolicy=closed): v1 refuses any allow its parent does not hold. The list a new directory
+ * starts with is its parent's: an allowlist is intersected with the worker's rules before the
+ * writes; a parent in default-allow mode lists "a *:* rwm" whatever it denies, so there the
+ * kernel's EPERM tells: a refused wildcard becomes the worker's own nodes with its access, a
+ * refused node is denied. A denied node that the worker needs fails the setup; others are left
+ * out, and cg's note says which. */
+static int
+write_devices(struct xmp_cgroup *cg, const char *dir, const struct xmp_dev_rules *want,
+              struct xmp_error *err)
+{
+    const struct xmp_cg_hier *h = &cg->layout->h[hier_of(cg->layout, XMP_CG_DEVICES)];
+    cleanup_free struct xmp_dev_rule *parent = NULL;
+    cleanup_free char *list = NULL;
+    struct xmp_dev_rules allow, denied;
+    int n, rc;
+
+    parent = calloc(XMP_DEV_MAX_PARENT, sizeof(*parent));
+    list = malloc(XMP_DEV_MAX_PARENT * 32);
+    if (parent == NULL || list == NULL)
+        return xmp_error_set(err, ENOMEM, "device filter");
+    if (xmp_cg_read(dir, "devices.list", list, XMP_DEV_MAX_PARENT * 32, err) < 0)
+        return xmp_error_wrap(err, "device filter");
+    if ((n = xmp_devices_parse_list(list, parent, XMP_DEV_MAX_PARENT)) < 0 ||
+        !xmp_devices_compose(want, parent, (size_t)n, &allow, &denied))
+        return xmp_error_set(err, 0,
+                             "device filter: cannot compose with the enclosing devices cgroup %s "
+                             "(its devices.list is too long or not understood)",
+                             h->proc);
     /* Deny first: a new v1 devices cgroup starts with its parent's list (usually "a *:* rwm"),
      * and only an empty list turns it into an allowlist. */
     if (xmp_cg_write(dir, "devices.deny", "a", err) < 0)
         return xmp_error_wrap(err, "device filter");
-    for (size_t i = 0; i < rules->n; i++) {
-        xmp_devices_format(&rules->r[i], line, sizeof(line));
-        if (xmp_cg_write(dir, "devices.allow", line, err) < 0)
-            return xmp_error_wrap(err, "device filter: allow `%s`", line);
+    for (size_t i = 0; i < allow.n; i++) {
+        const struct xmp_dev_rule *r = &allow.r[i];
+        if ((rc = allow_device(dir, r, err)) <= 0) {
+            if (rc < 0)
+                return -1;
+            continue;
+        }
+        if (r->major != XMP_DEV_ANY && r->minor != XMP_DEV_ANY) {
+            if (denied.n < XMP_DEV_MAX_RULES)
+                denied.r[denied.n++] = *r;
+            continue;
+        }
+        for (size_t k = 0; k < want->n; k++) {
+            struct xmp_dev_rule x;
+            if (want->r[k].major != XMP_DEV_ANY && want->r[k].minor != XMP_DEV_ANY &&
+                xmp_devices_intersect(r, &want->r[k], &x) && allow_device(dir, &x, err) < 0)
+                return -1; /* a refused one is its own rule's to report */
+        }
     }
+    char nodes[256] = "";
+    for (size_t i = 0; i < denied.n; i++) {
+        const struct xmp_dev_rule *r = &denied.r[i];
+        char what[64];
+        if (r->what[0] != '\0')
+            snprintf(what, sizeof(what), "%s", r->what);
+        else
+            xmp_devices_format(r, what, sizeof(what));
+        if (r->required)
+            return xmp_error_set(err, 0,
+                                 "%s is not allowed by the enclosing devices cgroup %s: the job "
+                                 "was not given this device (under Slurm, the step was not given "
+                                 "this GPU)",
+                                 what, h->proc);
+        size_t len = strlen(nodes);
+        snprintf(nodes + len, sizeof(nodes) - len, "%s%s", len > 0 ? ", " : "", what);
+    }
+    /* (a truncated note is still a note; testing the result keeps -Wformat-truncation quiet) */
+    if (nodes[0] != '\0' &&
+        snprintf(cg->dev_note, sizeof(cg->dev_note),
+                 "the enclosing devices cgroup %s does not allow %s: left out of the workers' "
+                 "device filter",
+                 h->proc, nodes) < 0)
+        cg->dev_note[0] = '\0';
     return 0;
 }
 
@@ -249,7 +329,7 @@ v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
     /* Legacy: the devices controller, whose list takes one write per rule (more than
      * libcgroup's one value per file can carry), written once the directory exists. */
     if (limits->has_devices && u < 0 &&
-        write_devices(cg->dir[hier_of(lay, XMP_CG_DEVICES)], &limits->devices, err) < 0)
+        write_devices(cg, cg->dir[hier_of(lay, XMP_CG_DEVICES)], &limits->devices, err) < 0)
         goto fail;
     m = hier_of(lay, XMP_CG_MEMORY);
     if (m >= 0 && cg->parent == NULL) {

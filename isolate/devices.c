@@ -10,20 +10,23 @@
 #include "isolate/cleanup.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/bpf.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-bool
+struct xmp_dev_rule *
 xmp_devices_add(struct xmp_dev_rules *rules, char type, int major, int minor, unsigned access)
 {
     if (rules->n >= XMP_DEV_MAX_RULES)
-        return false;
-    rules->r[rules->n++] = (struct xmp_dev_rule){type, major, minor, access};
-    return true;
+        return NULL;
+    rules->r[rules->n] =
+        (struct xmp_dev_rule){.type = type, .major = major, .minor = minor, .access = access};
+    return &rules->r[rules->n++];
 }
 
 void
@@ -63,6 +66,191 @@ xmp_devices_format(const struct xmp_dev_rule *r, char *buf, size_t size)
         access[n++] = 'm';
     access[n] = '\0';
     snprintf(buf, size, "%c %s:%s %s", r->type, major, minor, access);
+}
+
+/* ---- composing with an enclosing v1 devices cgroup ---- */
+
+static bool
+explicit_node(const struct xmp_dev_rule *r)
+{
+    return r->type != 'a' && r->major != XMP_DEV_ANY && r->minor != XMP_DEV_ANY;
+}
+
+/* "*" or a number, as devices.list writes them. */
+static bool
+parse_num(const char *s, size_t len, int *out)
+{
+    char *end;
+    long v;
+
+    if (len == 1 && s[0] == '*') {
+        *out = XMP_DEV_ANY;
+        return true;
+    }
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || end != s + len || len == 0 || v < 0 || v > 0xfffff)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+int
+xmp_devices_parse_list(const char *text, struct xmp_dev_rule *out, size_t max)
+{
+    size_t n = 0;
+
+    for (const char *line = text; *line != '\0';) {
+        const char *eol = strchr(line, '\n');
+        size_t len = eol != NULL ? (size_t)(eol - line) : strlen(line);
+        char type, numbers[32], access[8];
+        struct xmp_dev_rule r = {0};
+
+        if (len > 0) {
+            char buf[64];
+            if (len >= sizeof(buf) || n >= max)
+                return -1;
+            memcpy(buf, line, len);
+            buf[len] = '\0';
+            if (sscanf(buf, "%c %31s %7s", &type, numbers, access) != 3 ||
+                (type != 'a' && type != 'b' && type != 'c'))
+                return -1;
+            const char *colon = strchr(numbers, ':');
+            if (colon == NULL || !parse_num(numbers, (size_t)(colon - numbers), &r.major) ||
+                !parse_num(colon + 1, strlen(colon + 1), &r.minor))
+                return -1;
+            r.type = type;
+            for (const char *a = access; *a != '\0'; a++) {
+                if (*a == 'r')
+                    r.access |= XMP_DEV_READ;
+                else if (*a == 'w')
+                    r.access |= XMP_DEV_WRITE;
+                else if (*a == 'm')
+                    r.access |= XMP_DEV_MKNOD;
+                else
+                    return -1;
+            }
+            out[n++] = r;
+        }
+        line += len + (eol != NULL);
+    }
+    return (int)n;
+}
+
+static bool
+meet(int a, int b, int *out)
+{
+    if (a != XMP_DEV_ANY && b != XMP_DEV_ANY && a != b)
+        return false;
+    *out = a == XMP_DEV_ANY ? b : a;
+    return true;
+}
+
+bool
+xmp_devices_intersect(const struct xmp_dev_rule *a, const struct xmp_dev_rule *b,
+                      struct xmp_dev_rule *out)
+{
+    struct xmp_dev_rule r = *a;
+
+    if (a->type != 'a' && b->type != 'a' && a->type != b->type)
+        return false;
+    r.type = a->type == 'a' ? b->type : a->type;
+    r.access = a->access & b->access;
+    if (r.access == 0 || !meet(a->major, b->major, &r.major) || !meet(a->minor, b->minor, &r.minor))
+        return false;
+    *out = r;
+    return true;
+}
+
+/* True when outer allows every device and access inner does. */
+static bool
+covers(const struct xmp_dev_rule *outer, const struct xmp_dev_rule *inner)
+{
+    return (outer->type == 'a' || outer->type == inner->type) &&
+           (outer->major == XMP_DEV_ANY || outer->major == inner->major) &&
+           (outer->minor == XMP_DEV_ANY || outer->minor == inner->minor) &&
+           (inner->access & ~outer->access) == 0;
+}
+
+bool
+xmp_devices_compose(const struct xmp_dev_rules *want, const struct xmp_dev_rule *parent,
+                    size_t n_parent, struct xmp_dev_rules *out, struct xmp_dev_rules *denied)
+{
+    out->n = 0;
+    denied->n = 0;
+    for (size_t i = 0; i < want->n; i++) {
+        const struct xmp_dev_rule *w = &want->r[i];
+        unsigned granted = 0;
+        size_t k;
+
+        for (k = 0; k < n_parent && !covers(&parent[k], w); k++)
+            ;
+        if (k < n_parent) { /* the common case: the parent holds it as it is */
+            if (out->n >= XMP_DEV_MAX_RULES)
+                return false;
+            out->r[out->n++] = *w;
+            continue;
+        }
+        for (k = 0; k < n_parent; k++) {
+            struct xmp_dev_rule x;
+            if (!xmp_devices_intersect(w, &parent[k], &x))
+                continue;
+            granted |= x.access;
+            if (out->n >= XMP_DEV_MAX_RULES)
+                return false;
+            out->r[out->n++] = x;
+        }
+        /* A single node either is allowed in full or is the caller's to decide about (its
+         * partial access, already in out, does no harm); a wildcard is what the parent has. */
+        if (explicit_node(w) && granted != w->access) {
+            if (denied->n >= XMP_DEV_MAX_RULES)
+                return false;
+            denied->r[denied->n++] = *w;
+        }
+    }
+    return true;
+}
+
+/* Why a BPF device program could not be attached to the cgroup2 directory cgfd. */
+static int
+explain_attach(int cgfd, int errnum, struct xmp_error *err)
+{
+    char path[4096], probe[4200];
+    ssize_t len;
+
+    snprintf(probe, sizeof(probe), "/proc/self/fd/%d", cgfd);
+    len = errnum == EPERM ? readlink(probe, path, sizeof(path) - 1) : -1;
+    path[len > 0 ? len : 0] = '\0';
+    /* Up from the parent, while the directory is a cgroup2 one (the mount's root has
+     * cgroup.controllers too, the directory it is mounted on has not): the nearest enclosing
+     * cgroup with a device program of its own decides (the kernel's hierarchy_allows_attach). */
+    for (char *slash = strrchr(path, '/'); slash != NULL && slash != path;
+         slash = strrchr(path, '/')) {
+        *slash = '\0';
+        snprintf(probe, sizeof(probe), "%s/cgroup.controllers", path);
+        if (access(probe, F_OK) < 0)
+            break;
+        int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+            break;
+        union bpf_attr q;
+        memset(&q, 0, sizeof(q));
+        q.query.target_fd = (uint32_t)fd;
+        q.query.attach_type = BPF_CGROUP_DEVICE;
+        int rc = (int)syscall(SYS_bpf, BPF_PROG_QUERY, &q, sizeof(q));
+        close(fd);
+        if (rc < 0 || q.query.prog_cnt == 0)
+            continue;
+        if (q.query.attach_flags & (BPF_F_ALLOW_MULTI | BPF_F_ALLOW_OVERRIDE))
+            break;
+        return xmp_error_set(
+            err, 0,
+            "device filter: the enclosing cgroup %s has a device program attached without "
+            "BPF_F_ALLOW_MULTI, which bars any below it: have it attached with that flag (as "
+            "runc and systemd do), or set isolation.devices: false",
+            path);
+    }
+    return xmp_error_set(err, errnum, "device filter: attach the BPF device program");
 }
 
 /* ---- the eBPF program ---- */
@@ -200,7 +388,7 @@ xmp_devices_attach_bpf(int cgfd, const struct xmp_dev_rules *rules, struct xmp_d
     attach.attach_type = BPF_CGROUP_DEVICE;
     attach.attach_flags = BPF_F_ALLOW_MULTI;
     if (syscall(SYS_bpf, BPF_PROG_ATTACH, &attach, sizeof(attach)) < 0)
-        return xmp_error_set(err, errno, "device filter: attach the BPF device program");
+        return explain_attach(cgfd, errno, err);
     /* The attachment holds its own reference: the cgroup's removal frees the program once the
      * job's cache has let go of it too. */
     return 0;

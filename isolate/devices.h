@@ -21,6 +21,10 @@ struct xmp_dev_rule {
     int major; /* XMP_DEV_ANY for every major */
     int minor; /* XMP_DEV_ANY for every minor */
     unsigned access;
+    /* For an enclosing devices cgroup that denies the node: a node the worker cannot run
+     * without (its accelerator) is a setup error, any other is left out with a note. */
+    bool required;
+    char what[32]; /* for those messages: "cuda:2 (/dev/nvidia2)"; "" for the ordinary nodes */
 };
 
 /* An allowlist: anything it does not allow is refused (EPERM at open or mknod). */
@@ -32,8 +36,27 @@ struct xmp_dev_rules {
 /* Appends the nodes every process needs (null, zero, full, random, urandom, tty, ptmx, the pts
  * terminals) and mknod of any node (opening it is still checked), as Docker allows them. */
 void xmp_devices_add_defaults(struct xmp_dev_rules *rules);
-/* Appends one rule; false when the list is full. */
-bool xmp_devices_add(struct xmp_dev_rules *rules, char type, int major, int minor, unsigned access);
+/* Appends one rule; returns it (to name it), or NULL when the list is full. */
+struct xmp_dev_rule *xmp_devices_add(struct xmp_dev_rules *rules, char type, int major, int minor,
+                                     unsigned access);
+
+/* ---- composing with an enclosing v1 devices cgroup ----
+ * A v1 devices cgroup can never allow what its parent does not: the kernel refuses such an
+ * allow with EPERM. So a worker gets the intersection of its rules and the parent's. */
+
+/* Parses a v1 devices.list ("a *:* rwm", "c 195:0 rw", one a line) into out (at most max
+ * rules). Returns how many, or -1 for a line it does not understand or more than max. */
+int xmp_devices_parse_list(const char *text, struct xmp_dev_rule *out, size_t max);
+/* The devices and access both a and b allow, in out (a's name); false when there are none. */
+bool xmp_devices_intersect(const struct xmp_dev_rule *a, const struct xmp_dev_rule *b,
+                           struct xmp_dev_rule *out);
+/* What of want the parent list allows, in out: a rule the parent holds as it is, else its
+ * intersection with each parent rule (a wildcard the parent lacks becomes the nodes the parent
+ * holds). A node of want that the parent does not allow in full goes to denied instead. False
+ * when out is too small. Note that a v1 list in its default-allow mode reads "a *:* rwm" whatever
+ * it denies: the kernel's EPERM at the write is what tells those (see cgroup_v1.c). */
+bool xmp_devices_compose(const struct xmp_dev_rules *want, const struct xmp_dev_rule *parent,
+                         size_t n_parent, struct xmp_dev_rules *out, struct xmp_dev_rules *denied);
 
 /* A loaded BPF device program and the rules it holds (fd -1: none yet). */
 struct xmp_dev_prog {
@@ -42,9 +65,11 @@ struct xmp_dev_prog {
 };
 
 /* cgroup2: attaches the rules as a BPF device program (BPF_F_ALLOW_MULTI, so that an enclosing
- * container's program still applies) to the cgroup2 directory cgfd. The program is loaded only
- * when cache holds other rules: the workers of a job with the same rules (every worker of a
- * CPU job) share one, since verifying and compiling it took about 1 ms per worker. */
+ * container's program still applies) to the cgroup2 directory cgfd. Where an enclosing cgroup's
+ * program was attached without that flag, the kernel refuses (EPERM): the error names it. The
+ * program is loaded only when cache holds other rules: the workers of a job with the same rules
+ * (every worker of a CPU job) share one, since verifying and compiling it took about 1 ms per
+ * worker. */
 int xmp_devices_attach_bpf(int cgfd, const struct xmp_dev_rules *rules, struct xmp_dev_prog *cache,
                            struct xmp_error *err);
 void xmp_devices_prog_release(struct xmp_dev_prog *cache);

@@ -5,7 +5,7 @@
 
 struct xmp_error {
     int errnum;
-    char msg[256];
+    char msg[512];
 };
 
 /* Sets the message (and errnum; 0 if there is no errno to report, in which case no strerror

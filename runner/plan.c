@@ -572,9 +572,12 @@ device_rules(const struct xmp_host *host, const struct xmp_plan *plan, struct xm
     } else {
         return 0;
     }
-    for (size_t k = 0; k < n_shared; k++)
-        ok = ok && xmp_devices_add(r, 'c', shared[k].major, shared[k].minor,
-                                   XMP_DEV_READ | XMP_DEV_WRITE);
+    for (size_t k = 0; k < n_shared && ok; k++) {
+        struct xmp_dev_rule *rule =
+            xmp_devices_add(r, 'c', shared[k].major, shared[k].minor, XMP_DEV_READ | XMP_DEV_WRITE);
+        if ((ok = rule != NULL))
+            snprintf(rule->what, sizeof(rule->what), "/dev/%.26s", shared[k].name);
+    }
     for (size_t d = 0; d < per; d++) {
         const struct xmp_device *dev = sel[i * per + d].dev;
         if (dev->dev_major < 0 || dev->dev_minor < 0)
@@ -585,8 +588,19 @@ device_rules(const struct xmp_host *host, const struct xmp_plan *plan, struct xm
                                  plan->kind == XMP_DEVICE_CUDA
                                      ? "no \"Device Minor\" in /proc/driver/nvidia/gpus"
                                      : "no accel device or VFIO group in sysfs");
-        ok = ok &&
-             xmp_devices_add(r, 'c', dev->dev_major, dev->dev_minor, XMP_DEV_READ | XMP_DEV_WRITE);
+        struct xmp_dev_rule *rule = ok ? xmp_devices_add(r, 'c', dev->dev_major, dev->dev_minor,
+                                                         XMP_DEV_READ | XMP_DEV_WRITE)
+                                       : NULL;
+        if ((ok = rule != NULL)) {
+            /* The worker cannot run without it (see isolate/cgroup_v1.c's write_devices). */
+            rule->required = true;
+            if (plan->kind == XMP_DEVICE_CUDA)
+                snprintf(rule->what, sizeof(rule->what), "cuda:%d (/dev/nvidia%d)", dev->index,
+                         dev->dev_minor);
+            else
+                snprintf(rule->what, sizeof(rule->what), "tpu:%d (c %d:%d)", dev->index,
+                         dev->dev_major, dev->dev_minor);
+        }
     }
     if (!ok)
         return xmp_error_set(err, 0, "isolation.devices: worker %d has too many devices to list",

@@ -81,8 +81,8 @@ struct xmp_worker_report {
     json_t *error_file; /* owned reference, or NULL */
     /* "" or why error_file is not (all of) the worker's JSON: cut at the bound, not JSON, not
      * a regular file. */
-    char error_file_note[320];
-    char start_error[256]; /* failed_to_start: "exec `x`: No such file or directory" */
+    char error_file_note[576];
+    char start_error[512]; /* failed_to_start: "exec `x`: No such file or directory" */
     /* Killed by its seccomp filter (SIGSYS under a filter that kills): the profile's name
      * (borrowed; NULL otherwise) and the syscall's name when the kernel's audit record gave it. */
     const char *seccomp_profile;

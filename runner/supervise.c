@@ -96,6 +96,15 @@ create_worker_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
             xmp_file_explain_emfile(err);
             return xmp_error_wrap(err, "worker %d", w->pw->rank);
         }
+        /* Once for the job: its workers share the enclosing cgroup and the shared nodes. */
+        const char *note = xmp_cgroup_devices_note(w->cg);
+        if (note[0] != '\0' && strstr(sv->report.cgroup_note, note) == NULL) {
+            if (!xmp_quiet(sv))
+                fprintf(stderr, "xmprun: note: %s\n", note);
+            size_t len = strlen(sv->report.cgroup_note);
+            snprintf(sv->report.cgroup_note + len, sizeof(sv->report.cgroup_note) - len, "%s%s",
+                     len > 0 ? "; " : "", note);
+        }
     }
     return 0;
 }

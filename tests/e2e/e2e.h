@@ -377,4 +377,60 @@ e2e_can_cgroup(void)
     return n > 0;
 }
 
+/* Runs xmprun (with the spec) in a private cgroup and mount namespace with a tmpfs over
+ * /sys/fs/cgroup and fresh cgroup mounts (what slurmd gets with task/cgroup, or a container
+ * runtime makes): /proc/self/mountinfo still lists the old mounts, now hidden, with roots from
+ * the other cgroup namespace ("/../.."). `skip` names a v1 controller not mounted again
+ * ("unified": cgroup2 on a pure v2 machine), or is "". `prep` is shell run in each v1
+ * hierarchy's new cgroup $d once it is made ($first: its first controller), to set up what
+ * encloses the job there (a devices list, as a Slurm step's); its exports reach xmprun.
+ * Returns the exit status. */
+static inline int
+e2e_run_hidden_mounts(struct e2e *e, const char *skip, const char *prep)
+{
+    char *script = NULL;
+    cr_assert_eq(
+        asprintf(
+            &script,
+            "set -u\n"
+            "SKIP=%s\n"
+            "dirs=''; join=''; mounts=''\n"
+            "if [ -f /sys/fs/cgroup/cgroup.controllers ]; then\n"
+            "  p=$(sed -n 's/^0:://p' /proc/self/cgroup); d=/sys/fs/cgroup${p%%/}/xmp-hidden-$$\n"
+            "  mkdir $d || exit 90; dirs=$d; join=\"echo \\$\\$ > $d/cgroup.procs;\"\n"
+            "  [ \"$SKIP\" = unified ] || mounts='mount -t cgroup2 cgroup2 /sys/fs/cgroup || exit "
+            "94;'\n"
+            "else\n"
+            "  while IFS=: read -r id ctrls p; do\n"
+            "    case $ctrls in ''|name=*) continue;; esac\n"
+            "    first=${ctrls%%%%,*}; d=/sys/fs/cgroup/$first${p%%/}/xmp-hidden-$$\n"
+            "    mkdir $d || exit 90\n"
+            "    if [ $first = cpuset ]; then cat ${d%%/*}/cpuset.cpus > $d/cpuset.cpus;\n"
+            "      cat ${d%%/*}/cpuset.mems > $d/cpuset.mems; fi\n"
+            "    %s\n"
+            "    dirs=\"$dirs $d\"; join=\"$join echo \\$\\$ > $d/cgroup.procs;\"\n"
+            "    [ \"$first\" = \"$SKIP\" ] && continue\n"
+            "    mounts=\"$mounts mkdir -p /sys/fs/cgroup/$first;\"\n"
+            "    mounts=\"$mounts mount -t cgroup -o $ctrls cgroup /sys/fs/cgroup/$first || exit "
+            "94;\"\n"
+            "  done < /proc/self/cgroup\n"
+            "fi\n"
+            "printf '%%s\\n' 'mount -t tmpfs -o mode=755 xmp_hidden /sys/fs/cgroup || exit 93' \\\n"
+            "  \"$mounts\" 'exec \"$@\"' > \"$DIR/inner.sh\"\n"
+            "sh -c \"$join exec unshare --cgroup --mount --propagation private sh $DIR/inner.sh "
+            "\\\"\\$@\\\"\" \\\n"
+            "  sh \"$XMPRUN\" --report \"$REPORT\" \"$SPEC\"\n"
+            "rc=$?\n"
+            "for d in $dirs; do\n"
+            "  for l in $d/xmprun-self-*; do [ -d \"$l\" ] && rmdir \"$l\"; done\n"
+            "  rmdir $d || { echo \"LEFT in $d: $(ls $d)\" >&2; exit 99; }\n"
+            "done\n"
+            "exit $rc\n",
+            skip, prep) > 0,
+        1);
+    int status = e2e_sh(e, 90, script);
+    free(script);
+    return status;
+}
+
 #endif

@@ -284,22 +284,15 @@ Test(isolation, user_needs_root, .timeout = 60)
     e2e_fini(&e);
 }
 
-/* isolation.devices on a 4-GPU fixture host whose GPUs' device minors are not their CUDA indices
- * (cuda:0..3 are /dev/nvidia2, 0, 3, 1, as the driver's "Device Minor" says). Fake nodes stand
- * in for /dev: without a driver an allowed node opens with ENXIO, a filtered one fails with
- * EPERM. Worker 1 (cuda:1, minor 0) may open its own node and the shared ones, not worker 2's
- * (cuda:2, minor 3); with isolation.devices: false it may. */
-Test(isolation, each_worker_opens_only_its_own_gpu, .timeout = 120)
+/* The gpu4 fixture's device nodes in DIR/dev, for a test that runs as root. Device nodes only
+ * work on a filesystem mounted without nodev, which /tmp often is not (the v2 guest's): a tmpfs
+ * of the test's own, in a mount namespace of its own, which xmprun and its workers inherit and
+ * which goes away with the test process. cuda:0..3 are /dev/nvidia2, 0, 3, 1 (the driver's
+ * "Device Minor"); nvidia-uvm is 509:0. */
+static char *
+make_gpu_nodes(struct e2e *e)
 {
-    struct e2e e;
-    char *root = NULL;
-    if (geteuid() != 0)
-        cr_skip_test("mknod and the devices cgroup need root");
-    e2e_init(&e);
-    /* Device nodes only work on a filesystem mounted without nodev, which /tmp often is not
-     * (the v2 guest's): a tmpfs of this test's own, in a mount namespace of its own, which
-     * xmprun and its workers inherit and which goes away with the test process. */
-    char *devdir = e2e_path(&e, "dev");
+    char *devdir = e2e_path(e, "dev");
     cr_assert_eq(mkdir(devdir, 0755), 0);
     cr_assert_eq(unshare(CLONE_NEWNS), 0, "unshare: %s", strerror(errno));
     cr_assert_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
@@ -317,6 +310,25 @@ Test(isolation, each_worker_opens_only_its_own_gpu, .timeout = 120)
         cr_assert_eq(mknod(p, S_IFCHR | 0666, makedev(nodes[i].major, nodes[i].minor)), 0,
                      "mknod %s: %s", p, strerror(errno));
     }
+    return devdir;
+}
+
+/* isolation.devices on a 4-GPU fixture host whose GPUs' device minors are not their CUDA indices
+ * (cuda:0..3 are /dev/nvidia2, 0, 3, 1, as the driver's "Device Minor" says). Fake nodes stand
+ * in for /dev: without a driver an allowed node opens with ENXIO, a filtered one fails with
+ * EPERM. Worker 1 (cuda:1, minor 0) may open its own node and the shared ones, not worker 2's
+ * (cuda:2, minor 3); with isolation.devices: false it may. */
+Test(isolation, each_worker_opens_only_its_own_gpu, .timeout = 120)
+{
+    struct e2e e;
+    char *root = NULL;
+    if (geteuid() != 0)
+        cr_skip_test("mknod and the devices cgroup need root");
+    e2e_init(&e);
+    /* Device nodes only work on a filesystem mounted without nodev, which /tmp often is not
+     * (the v2 guest's): a tmpfs of this test's own, in a mount namespace of its own, which
+     * xmprun and its workers inherit and which goes away with the test process. */
+    char *devdir = make_gpu_nodes(&e);
     cr_assert(asprintf(&root, "XMPRUN_HOST_ROOT=%s/hosts/gpu4", xt_fixtures()) > 0);
     e2e_spec(&e, "version: 1\n"
                  "name: gpu-filter\n"
@@ -352,6 +364,94 @@ Test(isolation, each_worker_opens_only_its_own_gpu, .timeout = 120)
     EXPECT_OPEN("nvidia3", "ENXIO");
 #undef EXPECT_OPEN
     free(root);
+    umount(devdir);
+    free(devdir);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* The device filter under an enclosing v1 devices cgroup, as a Slurm step's under
+ * ConstrainDevices (or a container's) encloses it: v1 refuses a child any allow its parent does
+ * not hold. xmprun runs in a cgroup namespace whose devices cgroup is the parent set up here,
+ * in legacy mode (fresh v1 mounts, as slurmd's task/cgroup gives it). Three parents:
+ * - default-allow, denying cuda:0's node and nvidia-uvm-tools with devices.deny (what Slurm
+ *   does; devices.list then still reads "a *:* rwm"): with CUDA_VISIBLE_DEVICES=1,2 (the GPUs
+ *   the step was given) the job runs, each worker opens its own GPU and nvidia-uvm, not the
+ *   denied nodes, and the note names nvidia-uvm-tools as left out;
+ * - the same with every GPU: cuda:0 is a setup error (125) that names it, nothing started;
+ * - an allowlist without "c *:* m" (as Docker's --device rules): the wildcards are narrowed
+ *   to the nodes the parent holds, and the job runs. */
+Test(isolation, device_filter_composes_with_an_enclosing_v1_devices_cgroup, .timeout = 240)
+{
+    struct e2e e;
+    if (geteuid() != 0 || access("/sys/fs/cgroup/devices/devices.list", F_OK) != 0)
+        cr_skip_test("needs root and the v1 devices controller (the v2 guest tests the BPF side)");
+    e2e_init(&e);
+    char *devdir = make_gpu_nodes(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: dev-compose\n"
+                 "devices: {kind: cuda}\n"
+                 "resources: {worker: {cpuset: none, memory: 256Mi}}\n"
+                 "command: 'cd %2$s/dev && exec %1$s open nvidia0 nvidia2 nvidia3 nvidiactl "
+                 "nvidia-uvm nvidia-uvm-tools /dev/null'\n");
+    char *prep = NULL;
+    const char *deny = "echo 'c 195:2 rwm' > $d/devices.deny; echo 'c 509:1 rwm' > "
+                       "$d/devices.deny";
+    /* devices.list is read back by the test: the Slurm-like parent's hides its denies. */
+#define PREP(devices_sh, cvd)                                                                      \
+    do {                                                                                           \
+        free(prep);                                                                                \
+        cr_assert(asprintf(&prep,                                                                  \
+                           "export XMPRUN_HOST_ROOT=%s/hosts/gpu4 %s; if [ $first = devices ]; "   \
+                           "then %s; fi",                                                          \
+                           xt_fixtures(), cvd, devices_sh) > 0);                                   \
+    } while (0)
+
+    PREP(deny, "CUDA_VISIBLE_DEVICES=1,2");
+    cr_assert_eq(e2e_run_hidden_mounts(&e, "", prep), 0, "stderr:\n%s", e.r.err);
+    /* worker 0 is cuda:1 (/dev/nvidia0), worker 1 cuda:2 (/dev/nvidia3) */
+    expect_line(&e, "[0] open nvidia0=ENXIO");
+    expect_line(&e, "[0] open nvidia3=EPERM");
+    expect_line(&e, "[1] open nvidia3=ENXIO");
+    expect_line(&e, "[1] open nvidia0=EPERM");
+    expect_line(&e, "[0] open nvidia2=EPERM");
+    expect_line(&e, "[0] open nvidiactl=ENXIO");
+    expect_line(&e, "[0] open nvidia-uvm=ENXIO");
+    expect_line(&e, "[0] open nvidia-uvm-tools=EPERM");
+    expect_line(&e, "[0] open /dev/null=ok");
+    cr_expect(matches(e.r.err, "^xmprun: note: the enclosing devices cgroup / does not allow "
+                               "/dev/nvidia-uvm-tools: left out"),
+              "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_expect(strstr(e2e_str(json_object_get(e.rep, "cgroup"), "note"),
+                     "does not allow /dev/nvidia-uvm-tools") != NULL,
+              "report's cgroup.note: %s", e2e_str(json_object_get(e.rep, "cgroup"), "note"));
+    cr_expect_str_eq(e2e_str(json_object_get(e.rep, "cgroup"), "mode"), "legacy");
+
+    PREP(deny, "");
+    cr_assert_eq(e2e_run_hidden_mounts(&e, "", prep), 125, "stderr:\n%s", e.r.err);
+    cr_expect(matches(e.r.err, "cuda:0 \\(/dev/nvidia2\\) is not allowed by the enclosing "
+                               "devices cgroup /: the job was not given this device"),
+              "stderr:\n%s", e.r.err);
+    cr_expect_null(strstr(e.r.out, "open"), "a worker ran:\n%s", e.r.out);
+    e2e_load_report(&e);
+    cr_expect_str_eq(e2e_str(e.rep, "outcome"), "setup_failed");
+
+    PREP("echo a > $d/devices.deny; for r in 'c 1:3 rwm' 'c 1:5 rwm' 'c 1:7 rwm' 'c 1:8 rwm' "
+         "'c 1:9 rwm' 'c 5:0 rwm' 'c 5:2 rwm' 'c 136:* rwm' 'c 195:* rwm' 'c 509:0 rw'; do "
+         "echo \"$r\" > $d/devices.allow; done",
+         "");
+    cr_assert_eq(e2e_run_hidden_mounts(&e, "", prep), 0, "stderr:\n%s", e.r.err);
+    expect_line(&e, "[0] open nvidia2=ENXIO"); /* cuda:0 */
+    expect_line(&e, "[0] open nvidia0=EPERM");
+    expect_line(&e, "[0] open nvidia-uvm-tools=EPERM");
+    expect_line(&e, "[2] open nvidia3=ENXIO"); /* cuda:2 */
+    expect_line(&e, "[3] open nvidia0=EPERM"); /* cuda:3 is /dev/nvidia1 */
+    cr_expect(matches(e.r.err, "^xmprun: note: the enclosing devices cgroup / does not allow "
+                               "/dev/nvidia-uvm-tools"),
+              "stderr:\n%s", e.r.err);
+#undef PREP
+    free(prep);
     umount(devdir);
     free(devdir);
     e2e_assert_clean(&e);

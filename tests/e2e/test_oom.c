@@ -236,58 +236,6 @@ Test(oom, cgroup_paths_match_proc_self_cgroup, .timeout = 120)
     e2e_fini(&e);
 }
 
-/* Runs xmprun (with the spec) in a private cgroup and mount namespace with a tmpfs over
- * /sys/fs/cgroup and fresh cgroup mounts (what slurmd gets with task/cgroup, or a container
- * runtime makes): /proc/self/mountinfo still lists the old mounts, now hidden, with roots from
- * the other cgroup namespace ("/../.."). `skip` names a v1 controller not mounted again
- * ("unified": cgroup2 on a pure v2 machine), or is "". Returns the exit status. */
-static int
-run_with_hidden_mounts(struct e2e *e, const char *skip)
-{
-    char *script = NULL;
-    cr_assert_eq(
-        asprintf(
-            &script,
-            "set -u\n"
-            "SKIP=%s\n"
-            "dirs=''; join=''; mounts=''\n"
-            "if [ -f /sys/fs/cgroup/cgroup.controllers ]; then\n"
-            "  p=$(sed -n 's/^0:://p' /proc/self/cgroup); d=/sys/fs/cgroup${p%%/}/xmp-hidden-$$\n"
-            "  mkdir $d || exit 90; dirs=$d; join=\"echo \\$\\$ > $d/cgroup.procs;\"\n"
-            "  [ \"$SKIP\" = unified ] || mounts='mount -t cgroup2 cgroup2 /sys/fs/cgroup || exit "
-            "94;'\n"
-            "else\n"
-            "  while IFS=: read -r id ctrls p; do\n"
-            "    case $ctrls in ''|name=*) continue;; esac\n"
-            "    first=${ctrls%%%%,*}; d=/sys/fs/cgroup/$first${p%%/}/xmp-hidden-$$\n"
-            "    mkdir $d || exit 90\n"
-            "    if [ $first = cpuset ]; then cat ${d%%/*}/cpuset.cpus > $d/cpuset.cpus;\n"
-            "      cat ${d%%/*}/cpuset.mems > $d/cpuset.mems; fi\n"
-            "    dirs=\"$dirs $d\"; join=\"$join echo \\$\\$ > $d/cgroup.procs;\"\n"
-            "    [ \"$first\" = \"$SKIP\" ] && continue\n"
-            "    mounts=\"$mounts mkdir -p /sys/fs/cgroup/$first;\"\n"
-            "    mounts=\"$mounts mount -t cgroup -o $ctrls cgroup /sys/fs/cgroup/$first || exit "
-            "94;\"\n"
-            "  done < /proc/self/cgroup\n"
-            "fi\n"
-            "printf '%%s\\n' 'mount -t tmpfs -o mode=755 xmp_hidden /sys/fs/cgroup || exit 93' \\\n"
-            "  \"$mounts\" 'exec \"$@\"' > \"$DIR/inner.sh\"\n"
-            "sh -c \"$join exec unshare --cgroup --mount --propagation private sh $DIR/inner.sh "
-            "\\\"\\$@\\\"\" \\\n"
-            "  sh \"$XMPRUN\" --report \"$REPORT\" \"$SPEC\"\n"
-            "rc=$?\n"
-            "for d in $dirs; do\n"
-            "  for l in $d/xmprun-self-*; do [ -d \"$l\" ] && rmdir \"$l\"; done\n"
-            "  rmdir $d || { echo \"LEFT in $d: $(ls $d)\" >&2; exit 99; }\n"
-            "done\n"
-            "exit $rc\n",
-            skip) > 0,
-        1);
-    int status = e2e_sh(e, 90, script);
-    free(script);
-    return status;
-}
-
 /* The job runs with the visible mounts. */
 Test(oom, hidden_cgroup_mounts_are_skipped, .timeout = 120)
 {
@@ -301,7 +249,7 @@ Test(oom, hidden_cgroup_mounts_are_skipped, .timeout = 120)
                  "devices: {kind: cpu}\n"
                  "command: ['%1$s', cgroup]\n"
                  "resources: {worker: {memory: 64Mi, pids: 32}}\n");
-    cr_assert_eq(run_with_hidden_mounts(&e, ""), 0, "stderr:\n%s", e.r.err);
+    cr_assert_eq(e2e_run_hidden_mounts(&e, "", ""), 0, "stderr:\n%s", e.r.err);
     e2e_load_report(&e);
     const char *mode = e2e_str(json_object_get(e.rep, "cgroup"), "mode");
     cr_assert(strcmp(mode, "legacy") == 0 || strcmp(mode, "unified") == 0, "mode %s", mode);
@@ -328,7 +276,7 @@ Test(oom, hidden_memory_mount_is_named, .timeout = 120)
                  "devices: {kind: cpu}\n"
                  "command: ['%1$s', exit, '0']\n"
                  "resources: {worker: {memory: 64Mi}}\n");
-    cr_assert_eq(run_with_hidden_mounts(&e, v2 ? "unified" : "memory"), 125, "stderr:\n%s",
+    cr_assert_eq(e2e_run_hidden_mounts(&e, v2 ? "unified" : "memory", ""), 125, "stderr:\n%s",
                  e.r.err);
     e2e_load_report(&e);
     cr_assert_str_eq(e2e_str(e.rep, "outcome"), "setup_failed");
