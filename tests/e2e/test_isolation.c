@@ -4,11 +4,14 @@
  * is refused with its position; rlimits and the user drop are what the worker sees. */
 #include "e2e/e2e.h"
 
+#include <fcntl.h>
+#include <linux/bpf.h>
 #include <pwd.h>
 #include <regex.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 
 static bool
@@ -452,6 +455,125 @@ Test(isolation, device_filter_composes_with_an_enclosing_v1_devices_cgroup, .tim
               "stderr:\n%s", e.r.err);
 #undef PREP
     free(prep);
+    umount(devdir);
+    free(devdir);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* Attaches to the cgroup2 directory dir a device program that refuses 195:2 (the gpu4
+ * fixture's cuda:0) and allows the rest, with flags: what a container runtime or a systemd unit
+ * above xmprun attaches. */
+static void
+attach_parent_program(const char *dir, unsigned flags)
+{
+    struct bpf_insn prog[] = {
+        /* r4 = major, r5 = minor (struct bpf_cgroup_dev_ctx) */
+        {.code = BPF_LDX | BPF_MEM | BPF_W, .dst_reg = BPF_REG_4, .src_reg = BPF_REG_1, .off = 4},
+        {.code = BPF_LDX | BPF_MEM | BPF_W, .dst_reg = BPF_REG_5, .src_reg = BPF_REG_1, .off = 8},
+        {.code = BPF_JMP | BPF_JNE | BPF_K, .dst_reg = BPF_REG_4, .off = 3, .imm = 195},
+        {.code = BPF_JMP | BPF_JNE | BPF_K, .dst_reg = BPF_REG_5, .off = 2, .imm = 2},
+        {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0},
+        {.code = BPF_JMP | BPF_EXIT},
+        {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 1},
+        {.code = BPF_JMP | BPF_EXIT},
+    };
+    union bpf_attr a;
+    memset(&a, 0, sizeof(a));
+    a.prog_type = BPF_PROG_TYPE_CGROUP_DEVICE;
+    a.insns = (uint64_t)(uintptr_t)prog;
+    a.insn_cnt = sizeof(prog) / sizeof(prog[0]);
+    a.license = (uint64_t)(uintptr_t) "GPL";
+    int pfd = (int)syscall(SYS_bpf, BPF_PROG_LOAD, &a, sizeof(a));
+    cr_assert_geq(pfd, 0, "BPF_PROG_LOAD: %s", strerror(errno));
+    int cfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    cr_assert_geq(cfd, 0, "open %s: %s", dir, strerror(errno));
+    memset(&a, 0, sizeof(a));
+    a.target_fd = (uint32_t)cfd;
+    a.attach_bpf_fd = (uint32_t)pfd;
+    a.attach_type = BPF_CGROUP_DEVICE;
+    a.attach_flags = flags;
+    cr_assert_eq(syscall(SYS_bpf, BPF_PROG_ATTACH, &a, sizeof(a)), 0, "BPF_PROG_ATTACH: %s",
+                 strerror(errno));
+    close(cfd);
+    close(pfd); /* the attachment holds the program until the cgroup goes */
+}
+
+/* Runs the test's job with xmprun started in the cgroup2 directory dir; then removes dir (and
+ * the leaf xmprun moved itself into on pure v2). */
+static int
+run_in_cgroup2(struct e2e *e, const char *dir)
+{
+    char *script = NULL;
+    cr_assert(asprintf(&script,
+                       "echo $$ > %s/cgroup.procs || exit 90; exec \"$XMPRUN\" --report "
+                       "\"$REPORT\" \"$SPEC\"",
+                       dir) > 0);
+    int status = e2e_sh(e, 90, script);
+    free(script);
+    cr_assert(asprintf(&script,
+                       "for l in %s/xmprun-self-*; do [ -d \"$l\" ] && rmdir \"$l\"; done; "
+                       "rmdir %s",
+                       dir, dir) > 0);
+    struct xt_result r = e->r;
+    memset(&e->r, 0, sizeof(e->r));
+    cr_assert_eq(e2e_sh(e, 30, script), 0, "cannot remove %s: %s", dir, e->r.err);
+    xt_result_free(&e->r);
+    e->r = r;
+    free(script);
+    return status;
+}
+
+/* The device filter under an enclosing cgroup2 device program (pure v2, and the cgroup2 tree of
+ * this hybrid host, whose programs run for every process too): one attached with
+ * BPF_F_ALLOW_MULTI (as runc and systemd attach theirs) keeps running below xmprun's, so a
+ * worker is refused what either refuses; one attached without it makes the kernel refuse any
+ * program below it, and the setup error names that cgroup and what to do. */
+Test(isolation, device_filter_under_an_enclosing_bpf_program, .timeout = 240)
+{
+    struct e2e e;
+    char dirs[16][4096], parent[4200] = "", probe[4300];
+    if (geteuid() != 0)
+        cr_skip_test("BPF device programs need root");
+    size_t n = e2e_own_cgroup_dirs(dirs, 16);
+    for (size_t i = 0; i < n && parent[0] == '\0'; i++) {
+        snprintf(probe, sizeof(probe), "%s/cgroup.controllers", dirs[i]);
+        if (access(probe, F_OK) == 0)
+            snprintf(parent, sizeof(parent), "%s/xmp-devparent-%d", dirs[i], (int)getpid());
+    }
+    if (parent[0] == '\0')
+        cr_skip_test("no cgroup2 tree");
+    e2e_init(&e);
+    char *devdir = make_gpu_nodes(&e);
+    char *root = NULL;
+    cr_assert(asprintf(&root, "%s/hosts/gpu4", xt_fixtures()) > 0);
+    e2e_spec(&e, "version: 1\n"
+                 "name: dev-bpf\n"
+                 "devices: {kind: cuda}\n"
+                 "resources: {worker: {cpuset: none}}\n"
+                 "command: 'cd %2$s/dev && exec %1$s open nvidia0 nvidia2 nvidia3'\n");
+    setenv("XMPRUN_HOST_ROOT", root, 1); /* e2e_sh's environment is fixed; xt_run keeps this */
+
+    cr_assert_eq(mkdir(parent, 0755), 0, "mkdir %s: %s", parent, strerror(errno));
+    attach_parent_program(parent, BPF_F_ALLOW_MULTI);
+    cr_assert_eq(run_in_cgroup2(&e, parent), 0, "stderr:\n%s", e.r.err);
+    expect_line(&e, "[0] open nvidia2=EPERM"); /* cuda:0's own node, refused by the parent's */
+    expect_line(&e, "[1] open nvidia0=ENXIO"); /* cuda:1's own */
+    expect_line(&e, "[1] open nvidia2=EPERM");
+    expect_line(&e, "[1] open nvidia3=EPERM"); /* cuda:2's, refused by xmprun's */
+
+    cr_assert_eq(mkdir(parent, 0755), 0, "mkdir %s: %s", parent, strerror(errno));
+    attach_parent_program(parent, 0);
+    cr_assert_eq(run_in_cgroup2(&e, parent), 125, "stderr:\n%s", e.r.err);
+    cr_expect(matches(e.r.err, "device filter: the enclosing cgroup [^ ]*/xmp-devparent-[0-9]+ has "
+                               "a device program attached without BPF_F_ALLOW_MULTI, which bars "
+                               "any below it: have it attached with that flag"),
+              "stderr:\n%s", e.r.err);
+    cr_expect_null(strstr(e.r.out, "open"), "a worker ran:\n%s", e.r.out);
+    e2e_load_report(&e);
+    cr_expect_str_eq(e2e_str(e.rep, "outcome"), "setup_failed");
+    unsetenv("XMPRUN_HOST_ROOT");
+    free(root);
     umount(devdir);
     free(devdir);
     e2e_assert_clean(&e);

@@ -2,7 +2,8 @@
 # examples/slurm/README.md, run word for word with real Slurm: sbatch --wait runs train.sbatch,
 # whose srun starts one xmprun, which starts one worker per GPU of the gres allocation with
 # CUDA_VISIBLE_DEVICES pinned and the torchrun variables from Slurm's; the batch job exits with
-# the job's status and `xmprun report` reads the report back.
+# the job's status and `xmprun report` reads the report back. (scancel, failures, OOM and
+# KillWait in both of Slurm's configurations: test_slurm_modes.sh.)
 #
 # Needs the one-node cluster of ../shared/tools/slurm-setup.sh (4 fake GPUs; it holds
 # /tmp/xmp-slurm.lock while it runs). The fake GPUs are only device files, so xmprun discovers
@@ -84,26 +85,6 @@ PY
 else
     fail "no report at $rep"
 fi
-# scancel reaches xmprun and its workers together: outcome `interrupted` (SPEC.md section 5), exit
-# 143 and a complete report, however the two signals race (a worker that sees its SIGTERM first
-# is not taken for the root cause).
-mkdir -p "$work/cancel" && cp "$src/examples/slurm/job.yaml" "$work/cancel/"
-id=$(cd "$work/cancel" && XMPRUN_HOST_ROOT=$host PATH="$build:$PATH" sbatch --parsable --gres=gpu:2 \
-    -o out.log --wrap "srun --ntasks-per-node=1 xmprun --set 'command=[sh, -c, \"echo started; exec sleep 600\"]' job.yaml")
-# (bounds for a busy node, where the job may wait for its turn; not timings)
-for _ in $(seq 600); do grep -q started "$work/cancel/out.log" 2>/dev/null && break; sleep 0.3; done
-grep -q started "$work/cancel/out.log" 2>/dev/null ||
-    { fail "the job to cancel did not start"; squeue; cat "$work/cancel/out.log"; }
-scancel "$id"
-for _ in $(seq 200); do [ -z "$(squeue -h -j "$id" 2>/dev/null)" ] && break; sleep 0.3; done
-crep=$work/cancel/slurm-demo.report.json
-/usr/bin/python3 -c '
-import json, sys
-r = json.load(open(sys.argv[1]))
-print("scancel: outcome %s, exit_code %s" % (r["outcome"], r["exit_code"]))
-complete = len(r["workers"]) == 2 and all(w["ended_at"] and w["signal"] == "SIGTERM" for w in r["workers"])
-sys.exit(0 if r["outcome"] == "interrupted" and r["exit_code"] == 143 and complete else 1)' "$crep" ||
-    { fail "scancel did not give an interrupted, complete report with exit code 143"; cat "$work/cancel/out.log"; }
 [ $status = 0 ] || { echo "--- squeue:"; squeue; }
 left=$(find /sys/fs/cgroup -maxdepth 9 -type d -name 'xmprun-slurm-demo-*' 2>/dev/null)
 [ -z "$left" ] || fail "cgroups left behind: $left"
