@@ -2,9 +2,9 @@
  * worker (exec'd or forked from a zygote) installs one with a single seccomp() call and no
  * allocation; what the worker loads is libseccomp's program with its per-call tests replaced
  * by a search over runs of numbers (isolate/seccomp_bpf.c), checked against libseccomp's.
- * `default` follows Docker's default profile (moby profiles/seccomp/default.json with Docker's
- * default capabilities): an allowlist whose other calls fail with EPERM; `strict` is a narrower
- * allowlist whose other calls kill the worker. */
+ * `default` follows Docker's default profile (github.com/moby/profiles/seccomp v0.2.3 with
+ * Docker's default capabilities): an allowlist whose other calls fail with EPERM; `strict` is a
+ * narrower allowlist whose other calls kill the worker. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -29,61 +29,63 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Docker's unconditional allowlist. Names unknown to this libseccomp or absent on an ABI are
- * skipped, as Docker does; such calls then get the default action. */
+/* Docker's unconditional allowlist (github.com/moby/profiles/seccomp v0.2.3, Docker 29; checked
+ * whole against tests/fixtures/seccomp/moby-default-amd64.txt). Names unknown to this libseccomp
+ * or absent on an ABI are skipped, as Docker does; such calls then get the default action. */
 static const char *const docker_allow[] = {
-    "accept", "accept4", "access", "adjtimex", "alarm", "bind", "brk", "capget", "capset", "chdir",
-    "chmod", "chown", "chown32", "clock_adjtime", "clock_adjtime64", "clock_getres",
-    "clock_getres_time64", "clock_gettime", "clock_gettime64", "clock_nanosleep",
+    "accept", "accept4", "access", "adjtimex", "alarm", "bind", "brk", "cachestat", "capget",
+    "capset", "chdir", "chmod", "chown", "chown32", "clock_adjtime", "clock_adjtime64",
+    "clock_getres", "clock_getres_time64", "clock_gettime", "clock_gettime64", "clock_nanosleep",
     "clock_nanosleep_time64", "close", "close_range", "connect", "copy_file_range", "creat", "dup",
     "dup2", "dup3", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_ctl_old", "epoll_pwait",
     "epoll_pwait2", "epoll_wait", "epoll_wait_old", "eventfd", "eventfd2", "execve", "execveat",
     "exit", "exit_group", "faccessat", "faccessat2", "fadvise64", "fadvise64_64", "fallocate",
-    "fanotify_mark", "fchdir", "fchmod", "fchmodat", "fchown", "fchown32", "fchownat", "fcntl",
-    "fcntl64", "fdatasync", "fgetxattr", "flistxattr", "flock", "fork", "fremovexattr", "fsetxattr",
-    "fstat", "fstat64", "fstatat64", "fstatfs", "fstatfs64", "fsync", "ftruncate", "ftruncate64",
-    "futex", "futex_time64", "futex_waitv", "futimesat", "getcpu", "getcwd", "getdents",
+    "fanotify_mark", "fchdir", "fchmod", "fchmodat", "fchmodat2", "fchown", "fchown32", "fchownat",
+    "fcntl", "fcntl64", "fdatasync", "fgetxattr", "flistxattr", "flock", "fork", "fremovexattr",
+    "fsetxattr", "fstat", "fstat64", "fstatat64", "fstatfs", "fstatfs64", "fsync", "ftruncate",
+    "ftruncate64", "futex", "futex_requeue", "futex_time64", "futex_wait", "futex_waitv",
+    "futex_wake", "futimesat", "get_robust_list", "get_thread_area", "getcpu", "getcwd", "getdents",
     "getdents64", "getegid", "getegid32", "geteuid", "geteuid32", "getgid", "getgid32", "getgroups",
     "getgroups32", "getitimer", "getpeername", "getpgid", "getpgrp", "getpid", "getppid",
     "getpriority", "getrandom", "getresgid", "getresgid32", "getresuid", "getresuid32", "getrlimit",
-    "get_robust_list", "getrusage", "getsid", "getsockname", "getsockopt", "get_thread_area",
-    "gettid", "gettimeofday", "getuid", "getuid32", "getxattr", "inotify_add_watch", "inotify_init",
-    "inotify_init1", "inotify_rm_watch", "io_cancel", "ioctl", "io_destroy", "io_getevents",
-    "io_pgetevents", "io_pgetevents_time64", "ioprio_get", "ioprio_set", "io_setup", "io_submit",
-    "io_uring_enter", "io_uring_register", "io_uring_setup", "ipc", "kill", "landlock_add_rule",
-    "landlock_create_ruleset", "landlock_restrict_self", "lchown", "lchown32", "lgetxattr", "link",
-    "linkat", "listen", "listxattr", "llistxattr", "_llseek", "lremovexattr", "lseek", "lsetxattr",
-    "lstat", "lstat64", "madvise", "membarrier", "memfd_create", "memfd_secret", "mincore", "mkdir",
-    "mkdirat", "mknod", "mknodat", "mlock", "mlock2", "mlockall", "mmap", "mmap2", "mprotect",
-    "mq_getsetattr", "mq_notify", "mq_open", "mq_timedreceive", "mq_timedreceive_time64",
-    "mq_timedsend", "mq_timedsend_time64", "mq_unlink", "mremap", "msgctl", "msgget", "msgrcv",
-    "msgsnd", "msync", "munlock", "munlockall", "munmap", "name_to_handle_at", "nanosleep",
-    "newfstatat", "_newselect", "open", "openat", "openat2", "pause", "pidfd_open",
-    "pidfd_send_signal", "pipe", "pipe2", "pkey_alloc", "pkey_free", "pkey_mprotect", "poll",
-    "ppoll", "ppoll_time64", "prctl", "pread64", "preadv", "preadv2", "prlimit64",
-    "process_mrelease", "pselect6", "pselect6_time64", "pwrite64", "pwritev", "pwritev2", "read",
-    "readahead", "readlink", "readlinkat", "readv", "recv", "recvfrom", "recvmmsg",
-    "recvmmsg_time64", "recvmsg", "remap_file_pages", "removexattr", "rename", "renameat",
-    "renameat2", "restart_syscall", "rmdir", "rseq", "rt_sigaction", "rt_sigpending",
-    "rt_sigprocmask", "rt_sigqueueinfo", "rt_sigreturn", "rt_sigsuspend", "rt_sigtimedwait",
-    "rt_sigtimedwait_time64", "rt_tgsigqueueinfo", "sched_getaffinity", "sched_getattr",
-    "sched_getparam", "sched_get_priority_max", "sched_get_priority_min", "sched_getscheduler",
-    "sched_rr_get_interval", "sched_rr_get_interval_time64", "sched_setaffinity", "sched_setattr",
-    "sched_setparam", "sched_setscheduler", "sched_yield", "seccomp", "select", "semctl", "semget",
-    "semop", "semtimedop", "semtimedop_time64", "send", "sendfile", "sendfile64", "sendmmsg",
-    "sendmsg", "sendto", "setfsgid", "setfsgid32", "setfsuid", "setfsuid32", "setgid", "setgid32",
+    "getrusage", "getsid", "getsockname", "getsockopt", "gettid", "gettimeofday", "getuid",
+    "getuid32", "getxattr", "getxattrat", "inotify_add_watch", "inotify_init", "inotify_init1",
+    "inotify_rm_watch", "io_cancel", "io_destroy", "io_getevents", "io_pgetevents",
+    "io_pgetevents_time64", "io_setup", "io_submit", "ioctl", "ioprio_get", "ioprio_set", "ipc",
+    "kill", "landlock_add_rule", "landlock_create_ruleset", "landlock_restrict_self", "lchown",
+    "lchown32", "lgetxattr", "link", "linkat", "listen", "listmount", "listxattr", "listxattrat",
+    "llistxattr", "_llseek", "lremovexattr", "lseek", "lsetxattr", "lstat", "lstat64", "madvise",
+    "map_shadow_stack", "membarrier", "memfd_create", "memfd_secret", "mincore", "mkdir", "mkdirat",
+    "mknod", "mknodat", "mlock", "mlock2", "mlockall", "mmap", "mmap2", "mprotect", "mq_getsetattr",
+    "mq_notify", "mq_open", "mq_timedreceive", "mq_timedreceive_time64", "mq_timedsend",
+    "mq_timedsend_time64", "mq_unlink", "mremap", "mseal", "msgctl", "msgget", "msgrcv", "msgsnd",
+    "msync", "munlock", "munlockall", "munmap", "name_to_handle_at", "nanosleep", "newfstatat",
+    "_newselect", "open", "openat", "openat2", "pause", "pidfd_open", "pidfd_send_signal", "pipe",
+    "pipe2", "pkey_alloc", "pkey_free", "pkey_mprotect", "poll", "ppoll", "ppoll_time64", "prctl",
+    "pread64", "preadv", "preadv2", "prlimit64", "process_mrelease", "pselect6", "pselect6_time64",
+    "pwrite64", "pwritev", "pwritev2", "read", "readahead", "readlink", "readlinkat", "readv",
+    "recv", "recvfrom", "recvmmsg", "recvmmsg_time64", "recvmsg", "remap_file_pages", "removexattr",
+    "removexattrat", "rename", "renameat", "renameat2", "restart_syscall", "riscv_hwprobe", "rmdir",
+    "rseq", "rt_sigaction", "rt_sigpending", "rt_sigprocmask", "rt_sigqueueinfo", "rt_sigreturn",
+    "rt_sigsuspend", "rt_sigtimedwait", "rt_sigtimedwait_time64", "rt_tgsigqueueinfo",
+    "sched_get_priority_max", "sched_get_priority_min", "sched_getaffinity", "sched_getattr",
+    "sched_getparam", "sched_getscheduler", "sched_rr_get_interval", "sched_rr_get_interval_time64",
+    "sched_setaffinity", "sched_setattr", "sched_setparam", "sched_setscheduler", "sched_yield",
+    "seccomp", "select", "semctl", "semget", "semop", "semtimedop", "semtimedop_time64", "send",
+    "sendfile", "sendfile64", "sendmmsg", "sendmsg", "sendto", "set_robust_list", "set_thread_area",
+    "set_tid_address", "setfsgid", "setfsgid32", "setfsuid", "setfsuid32", "setgid", "setgid32",
     "setgroups", "setgroups32", "setitimer", "setpgid", "setpriority", "setregid", "setregid32",
     "setresgid", "setresgid32", "setresuid", "setresuid32", "setreuid", "setreuid32", "setrlimit",
-    "set_robust_list", "setsid", "setsockopt", "set_thread_area", "set_tid_address", "setuid",
-    "setuid32", "setxattr", "shmat", "shmctl", "shmdt", "shmget", "shutdown", "sigaltstack",
-    "signalfd", "signalfd4", "sigprocmask", "sigreturn", "socketcall", "socketpair", "splice",
-    "stat", "stat64", "statfs", "statfs64", "statx", "symlink", "symlinkat", "sync",
-    "sync_file_range", "syncfs", "sysinfo", "tee", "tgkill", "time", "timer_create", "timer_delete",
-    "timer_getoverrun", "timer_gettime", "timer_gettime64", "timer_settime", "timer_settime64",
-    "timerfd_create", "timerfd_gettime", "timerfd_gettime64", "timerfd_settime",
-    "timerfd_settime64", "times", "tkill", "truncate", "truncate64", "ugetrlimit", "umask", "uname",
-    "unlink", "unlinkat", "utime", "utimensat", "utimensat_time64", "utimes", "vfork", "vmsplice",
-    "wait4", "waitid", "waitpid", "write", "writev",
+    "setsid", "setsockopt", "setuid", "setuid32", "setxattr", "setxattrat", "shmat", "shmctl",
+    "shmdt", "shmget", "shutdown", "sigaltstack", "signalfd", "signalfd4", "sigprocmask",
+    "sigreturn", "socketcall", "socketpair", "splice", "stat", "stat64", "statfs", "statfs64",
+    "statmount", "statx", "symlink", "symlinkat", "sync", "sync_file_range", "syncfs", "sysinfo",
+    "tee", "tgkill", "time", "timer_create", "timer_delete", "timer_getoverrun", "timer_gettime",
+    "timer_gettime64", "timer_settime", "timer_settime64", "timerfd_create", "timerfd_gettime",
+    "timerfd_gettime64", "timerfd_settime", "timerfd_settime64", "times", "tkill", "truncate",
+    "truncate64", "ugetrlimit", "umask", "uname", "unlink", "unlinkat", "uretprobe", "utime",
+    "utimensat", "utimensat_time64", "utimes", "vfork", "vmsplice", "wait4", "waitid", "waitpid",
+    "write", "writev",
     /* Docker: minKernel 4.8 (since 4.8 seccomp runs after ptrace's own checks, so a tracer
      * cannot bypass the filter), x86 ABIs only, and CAP_SYS_CHROOT, which is one of Docker's
      * default capabilities. ptrace stays allowed as in Docker: sanitizers (LeakSanitizer
@@ -96,11 +98,12 @@ static const char *const docker_allow[] = {
     "get_mempolicy", "mbind", "set_mempolicy", "set_mempolicy_home_node"};
 
 /* What `strict` leaves out of the list above: calls that reach other processes' memory, make
- * device nodes, change the root, or open kernel interfaces (io_uring) no training job needs. */
+ * device nodes, change the root, or open kernel interfaces no training job needs. (io_uring is
+ * in neither list: Docker's profile dropped it.) */
 static const char *const strict_drop[] = {
-    "ptrace",        "process_vm_readv", "process_vm_writev", "mknod",          "mknodat",
-    "chroot",        "io_uring_enter",   "io_uring_register", "io_uring_setup", "name_to_handle_at",
-    "fanotify_mark", "modify_ldt",       "remap_file_pages",  "memfd_secret",   "vmsplice"};
+    "ptrace",     "process_vm_readv", "process_vm_writev", "mknod",
+    "mknodat",    "chroot",           "name_to_handle_at", "fanotify_mark",
+    "modify_ldt", "remap_file_pages", "memfd_secret",      "vmsplice"};
 
 /* clone() flags that create namespaces (Docker's mask 2114060288). */
 #define NS_FLAGS                                                                                   \
@@ -111,6 +114,9 @@ static const char *const strict_drop[] = {
  * programs set for themselves (UNAME26, ADDR_NO_RANDOMIZE is not one of them). */
 static const uint64_t docker_personality[] = {0x0, 0x8, 0x20000, 0x20008, 0xffffffff};
 
+#ifndef AF_ALG
+#define AF_ALG 38
+#endif
 #ifndef AF_VSOCK
 #define AF_VSOCK 40
 #endif
@@ -332,10 +338,14 @@ xmp_seccomp_compile_builtin(enum xmp_scmp_builtin which, struct xmp_scmp_filter 
     if (add_named(&b, SCMP_ACT_ALLOW, "clone", 1, &no_ns, err) < 0 ||
         add_named(&b, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL, err) < 0)
         return -1;
-    /* socket(), except AF_VSOCK (a channel to the hypervisor). */
-    struct scmp_arg_cmp not_vsock = SCMP_A0(SCMP_CMP_NE, AF_VSOCK);
-    if (add_named(&b, SCMP_ACT_ALLOW, "socket", 1, &not_vsock, err) < 0)
-        return -1;
+    /* socket(), except AF_ALG (the kernel's crypto API) and AF_VSOCK (a channel to the
+     * hypervisor), as Docker's three rules. */
+    const struct scmp_arg_cmp families[] = {SCMP_A0(SCMP_CMP_LT, AF_ALG),
+                                            SCMP_A0(SCMP_CMP_EQ, AF_ALG + 1),
+                                            SCMP_A0(SCMP_CMP_GT, AF_VSOCK)};
+    for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
+        if (add_named(&b, SCMP_ACT_ALLOW, "socket", 1, &families[i], err) < 0)
+            return -1;
     for (size_t i = 0; i < sizeof(docker_personality) / sizeof(docker_personality[0]); i++) {
         struct scmp_arg_cmp is = SCMP_A0(SCMP_CMP_EQ, docker_personality[i]);
         if (add_named(&b, SCMP_ACT_ALLOW, "personality", 1, &is, err) < 0)

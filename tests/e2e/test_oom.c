@@ -116,11 +116,11 @@ Test(oom, page_cache_at_the_worker_limit_is_not_an_oom_there, .timeout = 120)
 /* xmprun runs inside a cgroup it did not create, with a 96Mi limit (as in a container started
  * with --memory=96m): it warns at start that the worker's 1Gi can never be reached, and the OOM
  * kill names the enclosing cgroup, its limit and its path. */
-Test(oom, enclosing_limit_is_named_and_warned_about, .timeout = 120)
+static void
+enclosing_limit_is_named(bool unwatched)
 {
     struct e2e e;
-    if (!e2e_can_cgroup())
-        cr_skip_test("needs root or a delegated cgroup");
+    char *script = NULL;
     e2e_init(&e);
     e2e_spec(&e, "version: 1\n"
                  "name: oomencl\n"
@@ -128,23 +128,46 @@ Test(oom, enclosing_limit_is_named_and_warned_about, .timeout = 120)
                  "devices: {kind: cpu}\n"
                  "command: ['%1$s', alloc, '512']\n"
                  "resources: {worker: {memory: 1Gi, swap: 0}}\n");
-    int status = e2e_sh(&e, 90,
-                        OWN_MEMORY_CGROUP
-                        "E=$OWN/xmp-encl-$$\n"
-                        "mkdir \"$E\" || exit 90\n"
-                        "echo \"$OWNPATH\" | sed 's|/*$||' | tr -d '\\n' > \"$DIR/encl\"\n"
-                        "echo /xmp-encl-$$ >> \"$DIR/encl\"\n"
-                        "if [ $V2 = 1 ]; then echo 100663296 > \"$E/memory.max\"\n"
-                        "else echo 100663296 > \"$E/memory.limit_in_bytes\"; fi || exit 91\n"
-                        /* Only xmprun is in the enclosing cgroup (v2 needs it alone there to
-                         * enable controllers below it). */
-                        "sh -c 'echo $$ > \"$1/cgroup.procs\" || exit 92; shift; exec \"$@\"' "
-                        "sh \"$E\" \"$XMPRUN\" --report \"$REPORT\" \"$SPEC\"\n"
-                        "rc=$?\n"
-                        /* The leaf xmprun moves itself into on v2 outlives it (see gc). */
-                        "for l in \"$E\"/xmprun-self-*; do [ -d \"$l\" ] && rmdir \"$l\"; done\n"
-                        "rmdir \"$E\" || { echo \"LEFT: $(ls $E)\" >&2; exit 99; }\n"
-                        "exit $rc\n");
+    cr_assert(
+        asprintf(&script,
+                 OWN_MEMORY_CGROUP
+                 "E=$OWN/xmp-encl-$$\n"
+                 "mkdir \"$E\" || exit 90\n"
+                 "echo \"$OWNPATH\" | sed 's|/*$||' | tr -d '\\n' > \"$DIR/encl\"\n"
+                 "echo /xmp-encl-$$ >> \"$DIR/encl\"\n"
+                 "if [ $V2 = 1 ]; then echo 100663296 > \"$E/memory.max\"\n"
+                 "else echo 100663296 > \"$E/memory.limit_in_bytes\"; fi || exit 91\n"
+                 "JOIN=''; OTHERS=''\n"
+                 /* Unwatched: a v1 cgroup whose cgroup.event_control xmprun may not write
+                  * (read-only, and xmprun without CAP_DAC_OVERRIDE), as an enclosing cgroup
+                  * of another owner is. Without that capability xmprun can create cgroups
+                  * only in directories it owns: one of the test's in every other hierarchy. */
+                 "%s\n"
+                 /* Only xmprun is in the enclosing cgroup (v2 needs it alone there to
+                  * enable controllers below it). */
+                 "sh -c \"$JOIN\"'echo $$ > \"$1/cgroup.procs\" || exit 92; shift; exec \"$@\"' "
+                 "sh \"$E\" %s \"$XMPRUN\" --report \"$REPORT\" \"$SPEC\"\n"
+                 "rc=$?\n"
+                 /* The leaf xmprun moves itself into on v2 outlives it (see gc). */
+                 "for l in \"$E\"/xmprun-self-*; do [ -d \"$l\" ] && rmdir \"$l\"; done\n"
+                 "for d in \"$E\" $OTHERS; do\n"
+                 "  rmdir \"$d\" || { echo \"LEFT: $(ls $d)\" >&2; exit 99; }\n"
+                 "done\n"
+                 "exit $rc\n",
+                 unwatched
+                     ? "chmod 0444 \"$E/cgroup.event_control\" || exit 93\n"
+                       "while IFS=: read -r id ctrls p; do\n"
+                       "  case $ctrls in memory|name=*) continue;; '') m=unified;; *) "
+                       "m=${ctrls%%,*};; esac\n"
+                       "  d=/sys/fs/cgroup/$m${p%/}/xmp-encl-$$; mkdir \"$d\" || exit 94\n"
+                       "  if [ $m = cpuset ]; then cat ${d%/*}/cpuset.cpus > $d/cpuset.cpus\n"
+                       "    cat ${d%/*}/cpuset.mems > $d/cpuset.mems; fi\n"
+                       "  OTHERS=\"$OTHERS $d\"; JOIN=\"$JOIN echo \\$\\$ > $d/cgroup.procs;\"\n"
+                       "done < /proc/self/cgroup"
+                     : "",
+                 unwatched ? "setpriv --bounding-set -dac_override" : "") > 0);
+    int status = e2e_sh(&e, 90, script);
+    free(script);
     cr_assert_eq(status, 137, "stderr:\n%s", e.r.err);
     e2e_load_report(&e);
     assert_oom_at(&e, 0, "enclosing");
@@ -167,6 +190,24 @@ Test(oom, enclosing_limit_is_named_and_warned_about, .timeout = 120)
     free(path);
     e2e_assert_clean(&e);
     e2e_fini(&e);
+}
+
+Test(oom, enclosing_limit_is_named_and_warned_about, .timeout = 120)
+{
+    if (!e2e_can_cgroup())
+        cr_skip_test("needs root or a delegated cgroup");
+    enclosing_limit_is_named(false);
+}
+
+/* The same where no notification decides: an enclosing v1 cgroup xmprun cannot watch, so the
+ * OOM counters at each level (the worker's, the enclosing one's), compared with their values at
+ * the worker's start, name where the kill came from. (On v2 the counters always decide: the
+ * test above, in the v2 guest.) */
+Test(oom, unwatched_enclosing_limit_is_named_by_the_counters, .timeout = 120)
+{
+    if (geteuid() != 0 || access("/sys/fs/cgroup/memory/cgroup.event_control", F_OK) != 0)
+        cr_skip_test("needs root and the v1 memory controller");
+    enclosing_limit_is_named(true);
 }
 
 /* A fork bomb held at its 64 pids: the report counts the refused forks, and when the worker then
