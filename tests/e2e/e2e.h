@@ -384,9 +384,10 @@ e2e_can_cgroup(void)
  * ("unified": cgroup2 on a pure v2 machine), or is "". `prep` is shell run in each v1
  * hierarchy's new cgroup $d once it is made ($first: its first controller), to set up what
  * encloses the job there (a devices list, as a Slurm step's); its exports reach xmprun.
- * Returns the exit status. */
+ * `run` (NULL: "run_xmprun; rc=$?") is the shell that runs it, through run_xmprun, and sets rc,
+ * the exit status returned once the namespace's cgroups are removed. */
 static inline int
-e2e_run_hidden_mounts(struct e2e *e, const char *skip, const char *prep)
+e2e_run_hidden_mounts(struct e2e *e, const char *skip, const char *prep, const char *run)
 {
     char *script = NULL;
     cr_assert_eq(
@@ -417,16 +418,18 @@ e2e_run_hidden_mounts(struct e2e *e, const char *skip, const char *prep)
             "fi\n"
             "printf '%%s\\n' 'mount -t tmpfs -o mode=755 xmp_hidden /sys/fs/cgroup || exit 93' \\\n"
             "  \"$mounts\" 'exec \"$@\"' > \"$DIR/inner.sh\"\n"
-            "sh -c \"$join exec unshare --cgroup --mount --propagation private sh $DIR/inner.sh "
+            "run_xmprun() {\n"
+            "  sh -c \"$join exec unshare --cgroup --mount --propagation private sh $DIR/inner.sh "
             "\\\"\\$@\\\"\" \\\n"
-            "  sh \"$XMPRUN\" --report \"$REPORT\" \"$SPEC\"\n"
-            "rc=$?\n"
+            "    sh \"$XMPRUN\" --report \"$REPORT\" \"$SPEC\"\n"
+            "}\n"
+            "%s\n"
             "for d in $dirs; do\n"
             "  for l in $d/xmprun-self-*; do [ -d \"$l\" ] && rmdir \"$l\"; done\n"
             "  rmdir $d || { echo \"LEFT in $d: $(ls $d)\" >&2; exit 99; }\n"
             "done\n"
             "exit $rc\n",
-            skip, prep) > 0,
+            skip, prep, run != NULL ? run : "run_xmprun; rc=$?") > 0,
         1);
     int status = e2e_sh(e, 90, script);
     free(script);

@@ -292,3 +292,41 @@ Test(console, a_full_disk_under_logs_dir_is_said, .timeout = 120)
     cr_assert_not_null(strstr(note, "No space left on device"), "log_error: \"%s\"", note);
     finish(&e);
 }
+
+/* rank0 on a two-node job means global rank 0 only: node 1 (global ranks 2 and 3, local ranks 0
+ * and 1) shows nothing, its log files still get everything; node 0 shows its local rank 0. */
+Test(console, rank0_on_node_1_of_two_shows_nothing, .timeout = 60)
+{
+    struct e2e e;
+    char *text = NULL;
+
+    e2e_init(&e);
+    for (int node = 0; node < 2; node++) {
+        free(text);
+        cr_assert(asprintf(&text,
+                           "version: 1\nname: console\nworkers: 2\ndevices: {kind: cpu}\n"
+                           "command: 'echo out $RANK local $LOCAL_RANK; echo err $RANK >&2'\n"
+                           "distributed: {nnodes: 2, node_rank: %d, master_addr: 127.0.0.1}\n"
+                           "logs: {console: rank0, dir: '%s/logs'}\n",
+                           node, e.dir) > 0);
+        e2e_set_spec(&e, strdup(text));
+        cr_assert_eq(e2e_run(&e, 60, "-q", NULL), 0, "stderr:\n%s", e.r.err);
+        e2e_load_report(&e);
+        if (node == 0) {
+            cr_assert_not_null(strstr(e.r.out, "out 0 local 0\n"), "%s", e.r.out);
+            cr_assert_null(strstr(e.r.out, "out 1"), "%s", e.r.out);
+        } else {
+            cr_assert_str_eq(e.r.out, "", "node 1 showed its workers' lines");
+            cr_assert_null(strstr(e.r.err, "err"), "node 1 showed its workers' lines: %s", e.r.err);
+            char *path = e2e_path(&e, "logs/rank-2.out");
+            char *got = xt_read_file(path);
+            cr_assert_not_null(got, "no %s", path);
+            cr_assert_str_eq(got, "out 2 local 0\n");
+            free(got);
+            free(path);
+        }
+        e2e_assert_clean(&e);
+    }
+    free(text);
+    e2e_fini(&e);
+}

@@ -222,3 +222,46 @@ Test(fork, forked_workers_are_confined, .timeout = 300)
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
+
+/* Each forked worker is in its own cgroups, in every hierarchy, as an exec'd one: the zygote
+ * clones it into its own cgroup2 directory (on a hybrid host the tracking tree, on pure v2 the
+ * only one, where its limits are) and it joins its v1 directories itself. A worker cloned into
+ * the zygote's cgroup2 directory would run there with no limit of its own on pure v2 (on this
+ * hybrid host its v1 memory limit would still hold, so only this check sees it). */
+Test(fork, forked_workers_are_in_their_own_cgroups, .timeout = 300)
+{
+    struct e2e e;
+    need_python();
+    e2e_init(&e);
+    fork_spec(&e, "cgroups", "workers: 2\nresources: {worker: {memory: 256Mi, pids: 64}}\n");
+    cr_assert_eq(e2e_run(&e, 240, NULL), 0, "stderr:\n%s\nstdout:\n%s", e.r.err, e.r.out);
+    e2e_load_report(&e);
+    json_t *paths = json_object_get(json_object_get(e.rep, "cgroup"), "paths");
+    const char *key;
+    json_t *v;
+    size_t own = 0;
+    json_object_foreach(paths, key, v)
+    {
+        bool v2 = strcmp(key, "unified") == 0;
+        for (int i = 0; i < 2; i++) {
+            char want[1200], line[1200];
+            snprintf(want, sizeof(want), ":%s:%s/worker-%d\n", v2 ? "" : key, json_string_value(v),
+                     i);
+            snprintf(line, sizeof(line), "[%d] cgroup ", i);
+            /* memory and pids have limits here, and cgroup2 holds every worker: those are the
+             * worker's own; elsewhere a worker may share the job's directory. */
+            if (v2 || strcmp(key, "memory") == 0 || strcmp(key, "pids") == 0) {
+                char *at = strstr(e.r.out, want);
+                cr_assert_not_null(at, "worker %d is not in %s in %s:\n%s", i, want + 1, key,
+                                   e.r.out);
+                own++;
+            }
+        }
+    }
+    cr_assert_geq(own, 2, "no hierarchy was checked: %s", e.r.out);
+    cr_assert_null(strstr(e.r.out, "/zygote\n"), "a worker is in the zygote's cgroup:\n%s",
+                   e.r.out);
+    assert_zygote_gone(&e);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}

@@ -159,3 +159,43 @@ Test(gc, judges_owner_pids_only_where_it_can_see_them, .timeout = 120)
     cr_assert(gone, "gc left the orphan %s of dead pid %d:\n%s", name, (int)dead, e.r.err);
     e2e_fini(&e);
 }
+
+/* xmprun SIGKILLed in a cgroup namespace of its own with fresh cgroup mounts (a Slurm step's
+ * under task/cgroup, whose slurmd has both), its workers still running: its state file names
+ * its directories as that namespace sees them. `xmprun gc` from outside (a login shell) finds
+ * them below the visible mounts by that path, kills the workers by membership and removes every
+ * directory, so that the namespace's own cgroups can go. */
+Test(gc, finds_a_dead_jobs_cgroups_made_in_another_cgroup_namespace, .timeout = 120)
+{
+    struct e2e e;
+    if (!e2e_can_cgroup() || geteuid() != 0)
+        cr_skip_test("needs root");
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: gcns\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "resources: {worker: {memory: 64Mi, pids: 32}}\n"
+                 "command: ['%1$s', pidfile, '%2$s/w.pid', '--', sleep, '600']\n");
+    int status = e2e_run_hidden_mounts(
+        &e, "", "",
+        "run_xmprun & bg=$!\n"
+        "for i in $(seq 200); do [ -s $DIR/w.pid ] && break; sleep 0.05; done\n"
+        /* xmprun is the worker's parent */
+        "x=$(awk '{print $4}' /proc/$(cat $DIR/w.pid)/stat); kill -9 $x; wait $bg\n"
+        "left=$(find /sys/fs/cgroup -type d -name 'xmprun-gcns-*' | wc -l)\n"
+        "[ $left -gt 0 ] || { echo 'nothing to collect' >&2; exit 97; }\n"
+        "\"$XMPRUN\" gc; rc=$?\n"
+        /* (a worker killed is a zombie until PID 1 reaps it) */
+        "w=$(cat $DIR/w.pid); s=$(awk '{print $3}' /proc/$w/stat 2>/dev/null)\n"
+        "[ -z \"$s\" ] || [ \"$s\" = Z ] || { echo \"worker $w lives\" >&2; rc=98; }\n"
+        "left=$(find /sys/fs/cgroup -type d -name 'xmprun-gcns-*')\n"
+        "[ -z \"$left\" ] || { echo \"gc left $left\" >&2; rc=96; }\n"
+        /* what a failed gc left goes, so that the next tests start clean */
+        "for d in $left; do for p in $(find $d -name cgroup.procs -exec cat {} +); do\n"
+        "  kill -9 $p; done; done; sleep 0.2\n"
+        "for d in $left; do find $d -depth -type d -exec rmdir {} +; done\n");
+    cr_assert_eq(status, 0, "stdout:\n%s\nstderr:\n%s", e.r.out, e.r.err);
+    cr_assert_not_null(strstr(e.r.out, "cleaned up 1 orphaned job"), "%s", e.r.out);
+    e2e_fini(&e);
+}

@@ -411,7 +411,7 @@ Test(isolation, device_filter_composes_with_an_enclosing_v1_devices_cgroup, .tim
     } while (0)
 
     PREP(deny, "CUDA_VISIBLE_DEVICES=1,2");
-    cr_assert_eq(e2e_run_hidden_mounts(&e, "", prep), 0, "stderr:\n%s", e.r.err);
+    cr_assert_eq(e2e_run_hidden_mounts(&e, "", prep, NULL), 0, "stderr:\n%s", e.r.err);
     /* worker 0 is cuda:1 (/dev/nvidia0), worker 1 cuda:2 (/dev/nvidia3) */
     expect_line(&e, "[0] open nvidia0=ENXIO");
     expect_line(&e, "[0] open nvidia3=EPERM");
@@ -432,7 +432,7 @@ Test(isolation, device_filter_composes_with_an_enclosing_v1_devices_cgroup, .tim
     cr_expect_str_eq(e2e_str(json_object_get(e.rep, "cgroup"), "mode"), "legacy");
 
     PREP(deny, "");
-    cr_assert_eq(e2e_run_hidden_mounts(&e, "", prep), 125, "stderr:\n%s", e.r.err);
+    cr_assert_eq(e2e_run_hidden_mounts(&e, "", prep, NULL), 125, "stderr:\n%s", e.r.err);
     cr_expect(matches(e.r.err, "cuda:0 \\(/dev/nvidia2\\) is not allowed by the enclosing "
                                "devices cgroup /: the job was not given this device"),
               "stderr:\n%s", e.r.err);
@@ -444,7 +444,7 @@ Test(isolation, device_filter_composes_with_an_enclosing_v1_devices_cgroup, .tim
          "'c 1:9 rwm' 'c 5:0 rwm' 'c 5:2 rwm' 'c 136:* rwm' 'c 195:* rwm' 'c 509:0 rw'; do "
          "echo \"$r\" > $d/devices.allow; done",
          "");
-    cr_assert_eq(e2e_run_hidden_mounts(&e, "", prep), 0, "stderr:\n%s", e.r.err);
+    cr_assert_eq(e2e_run_hidden_mounts(&e, "", prep, NULL), 0, "stderr:\n%s", e.r.err);
     expect_line(&e, "[0] open nvidia2=ENXIO"); /* cuda:0 */
     expect_line(&e, "[0] open nvidia0=EPERM");
     expect_line(&e, "[0] open nvidia-uvm-tools=EPERM");

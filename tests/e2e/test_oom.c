@@ -290,7 +290,7 @@ Test(oom, hidden_cgroup_mounts_are_skipped, .timeout = 120)
                  "devices: {kind: cpu}\n"
                  "command: ['%1$s', cgroup]\n"
                  "resources: {worker: {memory: 64Mi, pids: 32}}\n");
-    cr_assert_eq(e2e_run_hidden_mounts(&e, "", ""), 0, "stderr:\n%s", e.r.err);
+    cr_assert_eq(e2e_run_hidden_mounts(&e, "", "", NULL), 0, "stderr:\n%s", e.r.err);
     e2e_load_report(&e);
     const char *mode = e2e_str(json_object_get(e.rep, "cgroup"), "mode");
     cr_assert(strcmp(mode, "legacy") == 0 || strcmp(mode, "unified") == 0, "mode %s", mode);
@@ -317,7 +317,7 @@ Test(oom, hidden_memory_mount_is_named, .timeout = 120)
                  "devices: {kind: cpu}\n"
                  "command: ['%1$s', exit, '0']\n"
                  "resources: {worker: {memory: 64Mi}}\n");
-    cr_assert_eq(e2e_run_hidden_mounts(&e, v2 ? "unified" : "memory", ""), 125, "stderr:\n%s",
+    cr_assert_eq(e2e_run_hidden_mounts(&e, v2 ? "unified" : "memory", "", NULL), 125, "stderr:\n%s",
                  e.r.err);
     e2e_load_report(&e);
     cr_assert_str_eq(e2e_str(e.rep, "outcome"), "setup_failed");

@@ -134,5 +134,12 @@ elif MODE == "confined":
             print("ptrace returned", flush=True)
 
     xmp.spawn(confined)
+elif MODE == "cgroups":
+
+    def cgroups(index):
+        for line in open("/proc/self/cgroup"):
+            print("cgroup " + line.strip(), flush=True)
+
+    xmp.spawn(cgroups)
 else:
     sys.exit("zygote.py: unknown mode " + MODE)

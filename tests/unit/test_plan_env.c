@@ -61,6 +61,32 @@ Test(plan_env, tpu_v4_8_matches_torch_xla)
     xmp_plan_free(&p);
     build_fails(&s, NULL, "TPU_WORKER_HOSTNAMES");
 
+    /* The second and third host of three (a v4-24): every per-process value is the local
+     * rank's (ports, chips, local ranks), every global one continues across the hosts. On the
+     * first host the two agree, so only these tell them apart. */
+    char *env3[] = {"TPU_WORKER_HOSTNAMES=h0,h1,h2", NULL};
+    s.nnodes = 3;
+    s.master_addr = "h0";
+    for (int node = 1; node <= 2; node++) {
+        s.node_rank = node;
+        build(&s, env3, &p);
+        for (int i = 0; i < 4; i++) {
+            const struct xmp_plan_worker *w = &p.workers[i];
+            assert_env_int(w, "TPU_PROCESS_PORT", 8476 + i);
+            assert_env_int(w, "TPU_VISIBLE_CHIPS", i);
+            assert_env_int(w, "PJRT_LOCAL_PROCESS_RANK", i);
+            assert_env_int(w, "LOCAL_RANK", i);
+            assert_env_int(w, "CLOUD_TPU_TASK_ID", node * 4 + i);
+            assert_env_int(w, "RANK", node * 4 + i);
+            assert_env(w, "WORLD_SIZE", "12");
+            assert_env(w, "TPU_PROCESS_BOUNDS", "2,2,3");
+            assert_env(w, "TPU_PROCESS_ADDRESSES",
+                       "h0:8476,h0:8477,h0:8478,h0:8479,h1:8476,h1:8477,h1:8478,h1:8479,"
+                       "h2:8476,h2:8477,h2:8478,h2:8479");
+        }
+        xmp_plan_free(&p);
+    }
+
     /* Two processes of two chips each (libtpu's 1,2,1 per-process mesh). */
     s.nnodes = 1;
     s.node_rank = 0;
