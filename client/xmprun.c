@@ -1,5 +1,5 @@
 /* xmprun's client library (client/xmprun.h): the zygote's side of start: fork and the job-wide
- * serial lock. The forked worker's setup is runner/spawn.c's child side, the same code an
+ * serial lock. The forked worker's setup is runner/run/spawn.c's child side, the same code an
  * exec-mode worker runs, so both modes get the same isolation. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -7,8 +7,8 @@
 #include "client/xmprun.h"
 
 #include "isolate/error.h"
-#include "runner/spawn.h"
-#include "runner/zygote_msg.h"
+#include "runner/run/spawn.h"
+#include "runner/run/zygote_msg.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* Everything a worker does to confine itself before it runs the user's code: resource limits,
  * the drop to another user, no_new_privs and the seccomp filter, in that order, in one call.
- * The exec path (runner/spawn.c) and the fork-mode zygote's children both call it after fork,
+ * The exec path (runner/run/spawn.c) and the fork-mode zygote's children both call it after fork,
  * so it allocates nothing and takes only plain values prepared by the parent. */
 #ifndef XMP_CONFINE_H
 #define XMP_CONFINE_H

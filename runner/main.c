@@ -1,11 +1,11 @@
 /* xmprun's command line: parses options, dispatches to validate / plan / run / gc, prints errors
  * and picks the exit status. Nothing below this file prints errors or exits. */
 #include "isolate/error.h"
-#include "runner/host.h"
-#include "runner/plan.h"
-#include "runner/report_load.h"
-#include "runner/spec.h"
-#include "runner/supervise.h"
+#include "runner/plan/host.h"
+#include "runner/plan/plan.h"
+#include "runner/report/report_load.h"
+#include "runner/spec/spec.h"
+#include "runner/run/supervise.h"
 
 #include <errno.h>
 #include <getopt.h>

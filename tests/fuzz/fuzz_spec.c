@@ -1,7 +1,7 @@
 /* libFuzzer target for the job spec parser: any byte string must give either a spec or
  * diagnostics, never a crash, a leak or undefined behaviour. */
 #define _GNU_SOURCE /* memmem */
-#include "runner/spec.h"
+#include "runner/spec/spec.h"
 
 #include <stddef.h>
 #include <stdint.h>

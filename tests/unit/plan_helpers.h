@@ -4,7 +4,7 @@
 #define XMP_TEST_PLAN_HELPERS_H
 
 #include "helpers/testlib.h"
-#include "runner/plan.h"
+#include "runner/plan/plan.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -3,7 +3,7 @@
 #ifndef XMP_TEST_SPEC_HELPERS_H
 #define XMP_TEST_SPEC_HELPERS_H
 
-#include "runner/spec.h"
+#include "runner/spec/spec.h"
 
 #include <criterion/criterion.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * the error paths, the real host, and the cpulist format. */
 #define _GNU_SOURCE
 #include "helpers/testlib.h"
-#include "runner/host.h"
+#include "runner/plan/host.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

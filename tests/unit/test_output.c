@@ -4,7 +4,7 @@
 #define _GNU_SOURCE
 #endif
 #include "helpers/testlib.h"
-#include "runner/output.h"
+#include "runner/run/output.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>

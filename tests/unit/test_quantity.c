@@ -1,6 +1,6 @@
 /* Quantity parsers of the job spec: memory sizes, CPU amounts and durations, good and bad, with
  * the exact message for each rejected text. */
-#include "runner/spec.h"
+#include "runner/spec/spec.h"
 
 #include <criterion/criterion.h>
 #include <stdint.h>

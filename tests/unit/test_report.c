@@ -4,7 +4,7 @@
 #define _GNU_SOURCE
 #endif
 #include "helpers/testlib.h"
-#include "runner/report.h"
+#include "runner/report/report.h"
 
 #include <criterion/criterion.h>
 #include <signal.h>

@@ -4,7 +4,7 @@
 #define _GNU_SOURCE
 #include "isolate/confine.h"
 #include "isolate/seccomp.h"
-#include "runner/isolation.h"
+#include "runner/plan/isolation.h"
 #include "unit/spec_helpers.h"
 
 #include <criterion/criterion.h>

@@ -4,8 +4,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "runner/spawn.h"
-#include "runner/state.h"
+#include "runner/run/spawn.h"
+#include "runner/run/state.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -3,7 +3,7 @@
  * specs are in-memory text. --set, the spec-less form and hostile input: test_spec_sources.c;
  * quantity parsers: test_quantity.c. */
 #define _GNU_SOURCE /* asprintf */
-#include "runner/spec.h"
+#include "runner/spec/spec.h"
 #include "unit/spec_helpers.h"
 
 #include <criterion/criterion.h>

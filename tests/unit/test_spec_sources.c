@@ -1,7 +1,7 @@
 /* Job spec parser on its other inputs: --set overrides (values, positions, unknown keys), the
  * spec-less `-n N -- CMD` form, and hostile text (10 MB, size and node caps, alias bombs, deep
  * nesting, unterminated buffers, unreadable files). */
-#include "runner/spec.h"
+#include "runner/spec/spec.h"
 #include "unit/spec_helpers.h"
 
 #include <criterion/criterion.h>

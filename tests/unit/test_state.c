@@ -5,7 +5,7 @@
 #define _GNU_SOURCE
 #endif
 #include "helpers/testlib.h"
-#include "runner/state.h"
+#include "runner/run/state.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>

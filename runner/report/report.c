@@ -1,0 +1,746 @@
+/* The exit report: root-cause choice, outcome and exit-status rules (only here), the JSON of
+ * SPEC.md section 5 (schemas/report.schema.json), its atomic write and the summary table. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "runner/report/report.h"
+
+#include "isolate/cgroup.h"
+#include "isolate/cleanup.h"
+#include "isolate/file.h"
+#include "runner/run/peer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef XMP_VERSION
+#define XMP_VERSION "0.0.0"
+#endif
+
+const char *
+xmp_outcome_name(enum xmp_outcome outcome)
+{
+    switch (outcome) {
+    case XMP_OUTCOME_SUCCEEDED:
+        return "succeeded";
+    case XMP_OUTCOME_FAILED:
+        return "failed";
+    case XMP_OUTCOME_TIMEOUT:
+        return "timeout";
+    case XMP_OUTCOME_INTERRUPTED:
+        return "interrupted";
+    case XMP_OUTCOME_SETUP_FAILED:
+        return "setup_failed";
+    }
+    return "failed";
+}
+
+const char *
+xmp_worker_state_name(enum xmp_worker_state state)
+{
+    switch (state) {
+    case XMP_WORKER_RUNNING:
+        return "running";
+    case XMP_WORKER_EXITED:
+        return "exited";
+    case XMP_WORKER_SIGNALED:
+        return "signaled";
+    case XMP_WORKER_OOM_KILLED:
+        return "oom_killed";
+    case XMP_WORKER_STOPPED_BY_XMPRUN:
+        return "stopped_by_xmprun";
+    case XMP_WORKER_TIMEOUT:
+        return "timeout";
+    case XMP_WORKER_FAILED_TO_START:
+        return "failed_to_start";
+    }
+    return "exited";
+}
+
+bool
+xmp_worker_failed(const struct xmp_worker_report *w)
+{
+    switch (w->state) {
+    case XMP_WORKER_EXITED:
+        return w->exit_code != 0;
+    case XMP_WORKER_SIGNALED:
+    case XMP_WORKER_OOM_KILLED:
+    case XMP_WORKER_FAILED_TO_START:
+        return true;
+    case XMP_WORKER_RUNNING:
+    case XMP_WORKER_STOPPED_BY_XMPRUN:
+    case XMP_WORKER_TIMEOUT:
+        return false;
+    }
+    return false;
+}
+
+void
+xmp_signal_name(int sig, char *buf, size_t size)
+{
+    const char *abbrev = sig > 0 ? sigabbrev_np(sig) : NULL;
+
+    if (abbrev != NULL)
+        snprintf(buf, size, "SIG%s", abbrev);
+    else
+        snprintf(buf, size, "SIG%d", sig);
+}
+
+void
+xmp_format_bytes(int64_t bytes, char *buf, size_t size)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    size_t u = 0;
+
+    if (bytes < 1024) {
+        snprintf(buf, size, "%lld B", (long long)bytes);
+        return;
+    }
+    v /= 1024.0;
+    while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, size, "%.1f %s", v, units[u]);
+}
+
+void
+xmp_format_duration(int64_t ms, char *buf, size_t size)
+{
+    int64_t h = ms / 3600000, m = ms / 60000 % 60, s = ms / 1000 % 60, rest = ms % 1000;
+    size_t n = 0;
+
+    buf[0] = '\0';
+    if (h > 0)
+        n += (size_t)snprintf(buf + n, size - n, "%lldh", (long long)h);
+    if (m > 0 && n < size)
+        n += (size_t)snprintf(buf + n, size - n, "%lldm", (long long)m);
+    if (s > 0 && n < size)
+        n += (size_t)snprintf(buf + n, size - n, "%llds", (long long)s);
+    if ((rest > 0 || ms == 0) && n < size)
+        snprintf(buf + n, size - n, "%lldms", (long long)rest);
+}
+
+/* "cuda:3" or "cuda:0,cuda:1"; "" when the worker has no device. */
+static void
+join_devices(const struct xmp_worker_report *w, char *buf, size_t size)
+{
+    size_t n = 0;
+
+    buf[0] = '\0';
+    for (size_t i = 0; w->devices != NULL && w->devices[i] != NULL && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%s", i > 0 ? "," : "", w->devices[i]);
+}
+
+/* " at its 8.0 GiB memory limit": the limit that fired for an OOM kill (memory.oom_at), and in
+ * *after what follows the peak ("; its own limit is 1.0 GiB", for an enclosing limit). When the
+ * counters were read and none fired, it says that no visible limit was reached; without them
+ * (no cgroups read), the worker's own limit, else the job's, as the likely one. */
+static void
+describe_oom_limit(const struct xmp_worker_report *w, char *at, size_t size, char *after,
+                   size_t after_size)
+{
+    char limit[32], own[32];
+    int64_t bytes = w->oom_limit;
+    const char *who = w->oom_at;
+
+    at[0] = after[0] = '\0';
+    if (who == NULL && w->oom_unseen) {
+        snprintf(at, size,
+                 " although no memory limit that xmprun can see was reached (the "
+                 "machine, or a cgroup above this cgroup namespace, ran out of memory)");
+        return;
+    }
+    if (who == NULL) {
+        bytes = w->memory_limit >= 0 ? w->memory_limit : w->job_memory_limit;
+        who = w->memory_limit >= 0 ? "worker" : w->job_memory_limit >= 0 ? "job" : NULL;
+    }
+    if (who == NULL)
+        return;
+    if (bytes < 0)
+        bytes = strcmp(who, "worker") == 0 ? w->memory_limit
+                : strcmp(who, "job") == 0  ? w->job_memory_limit
+                                           : -1;
+    xmp_format_bytes(bytes, limit, sizeof(limit));
+    if (strcmp(who, "enclosing") == 0) {
+        snprintf(at, size, " at the enclosing cgroup's %s limit (%s %s)", bytes >= 0 ? limit : "",
+                 xmp_cgroup_owner_kind(w->oom_path), w->oom_path);
+        if (w->memory_limit >= 0) {
+            xmp_format_bytes(w->memory_limit, own, sizeof(own));
+            snprintf(after, after_size, "; its own limit is %s", own);
+        } else if (w->job_memory_limit >= 0) {
+            xmp_format_bytes(w->job_memory_limit, own, sizeof(own));
+            snprintf(after, after_size, "; the job's limit is %s", own);
+        }
+    } else if (strcmp(who, "worker") == 0) {
+        snprintf(at, size, " at its %s memory limit%s", limit,
+                 w->rank < 0 ? " (resources.shared.memory)" : "");
+    } else if (strcmp(who, "job") == 0) {
+        snprintf(at, size, " at the job's %s memory limit", limit);
+    } else {
+        snprintf(at, size, " at the %s (zygote) cgroup's %s memory limit", who, limit);
+    }
+}
+
+/* "worker 3 (cuda:3)", or "worker 3" without devices. */
+static void
+worker_who(const struct xmp_worker_report *w, char *buf, size_t size)
+{
+    char devs[128];
+
+    join_devices(w, devs, sizeof(devs));
+    if (devs[0] != '\0')
+        snprintf(buf, size, "worker %d (%s)", w->rank, devs);
+    else
+        snprintf(buf, size, "worker %d", w->rank);
+}
+
+const struct xmp_peer_pattern *
+xmp_worker_peer_loss(const struct xmp_worker_report *w, char *const *lines, size_t n, char *addr,
+                     size_t size)
+{
+    if (w->state != XMP_WORKER_EXITED && w->state != XMP_WORKER_SIGNALED)
+        return NULL;
+    return xmp_peer_find(lines, n, addr, size);
+}
+
+/* How w ended, in words, for who ("worker 3 (cuda:3)", "the zygote"). */
+static void
+describe(const struct xmp_worker_report *w, const char *who, char *buf, size_t size)
+{
+    char sig[32], peak[32], at_limit[640], after[64], oom_note[768], notes[1024];
+    const char *descr;
+
+    describe_oom_limit(w, at_limit, sizeof(at_limit), after, sizeof(after));
+    /* A worker that fails after the OOM killer took one of its children (a data-loader
+     * process, say) did not die of the OOM kill itself, but that is what the user must know. */
+    oom_note[0] = '\0';
+    if (w->oom_kills > 0 && w->state != XMP_WORKER_OOM_KILLED)
+        snprintf(oom_note, sizeof(oom_note),
+                 " after the kernel OOM killer killed a process in it%s%s", at_limit, after);
+    /* A refused fork shows only as "Cannot fork" in its stderr, if the program says anything;
+     * pids.events says it for sure. The count is of forks in the worker's own cgroup, whichever
+     * limit refused them: the worker's if it has one, else the job's. */
+    snprintf(notes, sizeof(notes), "%s", oom_note);
+    if (w->pids_hits > 0 && (w->pids_limit > 0 || w->job_pids_limit > 0)) {
+        size_t len = strlen(notes);
+        if (w->pids_limit > 0)
+            snprintf(notes + len, sizeof(notes) - len,
+                     "%s could not fork: it hit its %" PRId64 " pids limit",
+                     len > 0 ? "; it" : " after it", w->pids_limit);
+        else
+            snprintf(notes + len, sizeof(notes) - len,
+                     "%s could not fork: it hit the job's %" PRId64 " pids limit",
+                     len > 0 ? "; it" : " after it", w->job_pids_limit);
+    }
+
+    switch (w->state) {
+    case XMP_WORKER_OOM_KILLED:
+        xmp_format_bytes(w->memory_peak, peak, sizeof(peak));
+        /* For an enclosing limit the worker's own peak says little: it shares that limit with
+         * whatever else runs there. */
+        if (w->memory_peak >= 0 && after[0] == '\0' && !w->oom_unseen &&
+            (w->oom_at == NULL || strcmp(w->oom_at, "enclosing") != 0))
+            snprintf(buf, size, "%s was killed by the kernel OOM killer%s (peak %s)", who, at_limit,
+                     peak);
+        else
+            snprintf(buf, size, "%s was killed by the kernel OOM killer%s%s", who, at_limit, after);
+        return;
+    case XMP_WORKER_SIGNALED:
+    case XMP_WORKER_STOPPED_BY_XMPRUN:
+    case XMP_WORKER_TIMEOUT:
+        if (w->signal == SIGSYS && w->seccomp_profile != NULL) {
+            snprintf(buf, size, "%s was killed by its seccomp profile (%s)%s%s%s", who,
+                     w->seccomp_profile, w->seccomp_syscall[0] ? " for calling `" : "",
+                     w->seccomp_syscall, w->seccomp_syscall[0] ? "`" : "");
+            return;
+        }
+        if (w->signal > 0) {
+            char lower[96];
+            xmp_signal_name(w->signal, sig, sizeof(sig));
+            descr = sigdescr_np(w->signal);
+            snprintf(lower, sizeof(lower), "%s", descr != NULL ? descr : "unknown signal");
+            lower[0] = (char)(lower[0] >= 'A' && lower[0] <= 'Z' ? lower[0] - 'A' + 'a' : lower[0]);
+            snprintf(buf, size, "%s was killed by signal %s (%s)%s", who, sig, lower, notes);
+            return;
+        }
+        snprintf(buf, size, "%s exited with status %d%s", who, w->exit_code, notes);
+        return;
+    case XMP_WORKER_FAILED_TO_START:
+        snprintf(buf, size, "%s could not start: %s", who,
+                 w->start_error[0] != '\0' ? w->start_error : "unknown error");
+        return;
+    case XMP_WORKER_EXITED:
+        snprintf(buf, size, "%s exited with status %d%s", who, w->exit_code, notes);
+        return;
+    case XMP_WORKER_RUNNING:
+        snprintf(buf, size, "%s is still running", who);
+        return;
+    }
+}
+
+void
+xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
+{
+    char who[160];
+
+    worker_who(w, who, sizeof(who));
+    describe(w, who, buf, size);
+}
+
+/* "the zygote exited with status 1 before it forked the workers: ...". */
+static void
+describe_zygote(const struct xmp_report *r, char *buf, size_t size)
+{
+    const struct xmp_worker_report *z = r->zygote;
+    size_t len;
+
+    describe(z, "the zygote", buf, size);
+    len = strlen(buf);
+    if (z->state == XMP_WORKER_FAILED_TO_START)
+        return;
+    if (r->zygote_before_fork && z->start_error[0] != '\0')
+        snprintf(buf + len, size - len, " before it forked the workers: %s", z->start_error);
+    else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED)
+        snprintf(buf + len, size - len,
+                 " before it forked the workers: in start: fork the command must call "
+                 "xmprun.spawn()");
+    else if (r->zygote_before_fork)
+        snprintf(buf + len, size - len, " before it forked the workers");
+    else if (r->zygote_after_done)
+        snprintf(buf + len, size - len, " after its workers finished");
+    else
+        snprintf(buf + len, size - len, " while its workers ran");
+}
+
+int
+xmp_worker_exit_status(const struct xmp_worker_report *w)
+{
+    switch (w->state) {
+    case XMP_WORKER_OOM_KILLED:
+        return 128 + SIGKILL;
+    case XMP_WORKER_FAILED_TO_START:
+        /* The child exits 127 (not found), 126 (not executable) or 125 (setup); without a
+         * child at all (fork failed) xmprun could not set the worker up. */
+        return w->exit_code > 0 ? w->exit_code : 125;
+    case XMP_WORKER_EXITED:
+    case XMP_WORKER_SIGNALED:
+    case XMP_WORKER_STOPPED_BY_XMPRUN:
+    case XMP_WORKER_TIMEOUT:
+    case XMP_WORKER_RUNNING:
+        break;
+    }
+    if (w->signal > 0)
+        return 128 + w->signal;
+    return w->exit_code > 0 ? w->exit_code : 0;
+}
+
+void
+xmp_report_finish(struct xmp_report *r)
+{
+    const struct xmp_worker_report *first = NULL;
+    int64_t best = INT64_MAX;
+    enum xmp_cause_kind kind = XMP_CAUSE_NONE;
+    char sig[32], dur[64];
+
+    r->cause_rank = -1;
+    r->cause_reason[0] = '\0';
+    r->cause_message[0] = '\0';
+
+    if (r->setup_error[0] != '\0') {
+        r->cause = XMP_CAUSE_SETUP;
+        r->outcome = XMP_OUTCOME_SETUP_FAILED;
+        r->exit_code = 125;
+        snprintf(r->cause_reason, sizeof(r->cause_reason), "setup_failed");
+        snprintf(r->cause_message, sizeof(r->cause_message), "%s", r->setup_error);
+        return;
+    }
+
+    /* The earliest failure wins: a worker's own failure, the deadline or a signal to xmprun.
+     * Workers xmprun stopped because of one of those are consequences, not causes; so is a
+     * worker that lost its peer when another worker of this node failed on its own (the loser
+     * may notice before xmprun reaps the one that died). */
+    for (int pass = 0; pass < 2 && first == NULL; pass++) {
+        for (size_t i = 0; i < r->n_workers; i++) {
+            const struct xmp_worker_report *w = &r->workers[i];
+            char addr[96];
+            if (!xmp_worker_failed(w) || w->interrupted || w->ended_mono_ns >= best ||
+                (pass == 0 &&
+                 xmp_worker_peer_loss(w, w->stderr_tail, w->n_tail, addr, sizeof(addr)) != NULL))
+                continue;
+            best = w->ended_mono_ns;
+            first = w;
+            kind = XMP_CAUSE_WORKER;
+        }
+    }
+    if (r->zygote != NULL && r->zygote_failed && r->zygote->ended_mono_ns < best) {
+        best = r->zygote->ended_mono_ns;
+        kind = XMP_CAUSE_ZYGOTE;
+    }
+    if (r->timed_out && r->timeout_mono_ns < best) {
+        best = r->timeout_mono_ns;
+        kind = XMP_CAUSE_TIMEOUT;
+    }
+    if (r->interrupt_signal > 0 && r->interrupt_mono_ns < best) {
+        best = r->interrupt_mono_ns;
+        kind = XMP_CAUSE_INTERRUPTED;
+    }
+
+    r->cause = kind;
+    switch (kind) {
+    case XMP_CAUSE_NONE:
+    case XMP_CAUSE_SETUP:
+        r->outcome = XMP_OUTCOME_SUCCEEDED;
+        r->exit_code = 0;
+        return;
+    case XMP_CAUSE_WORKER:
+        r->outcome = XMP_OUTCOME_FAILED;
+        r->exit_code = xmp_worker_exit_status(first);
+        r->cause_rank = first->rank;
+        snprintf(r->cause_reason, sizeof(r->cause_reason), "%s",
+                 xmp_worker_state_name(first->state));
+        {
+            char addr[96], who[160], what[320];
+            const struct xmp_peer_pattern *p =
+                xmp_worker_peer_loss(first, first->stderr_tail, first->n_tail, addr, sizeof(addr));
+            if (p == NULL) {
+                xmp_worker_describe(first, r->cause_message, sizeof(r->cause_message));
+                return;
+            }
+            worker_who(first, who, sizeof(who));
+            xmp_peer_describe(p, addr, r->nnodes > 1, what, sizeof(what));
+            snprintf(r->cause_message, sizeof(r->cause_message), "%s %s", who, what);
+        }
+        return;
+    case XMP_CAUSE_ZYGOTE:
+        r->outcome = XMP_OUTCOME_FAILED;
+        r->exit_code = xmp_worker_exit_status(r->zygote);
+        /* Exiting 0 without forking is still a failure: the job did not run. */
+        if (r->exit_code == 0)
+            r->exit_code = 1;
+        snprintf(r->cause_reason, sizeof(r->cause_reason), "zygote_%s",
+                 xmp_worker_state_name(r->zygote->state));
+        describe_zygote(r, r->cause_message, sizeof(r->cause_message));
+        return;
+    case XMP_CAUSE_TIMEOUT:
+        r->outcome = XMP_OUTCOME_TIMEOUT;
+        r->exit_code = 124;
+        xmp_format_duration(r->timeout_ms, dur, sizeof(dur));
+        snprintf(r->cause_reason, sizeof(r->cause_reason), "timeout");
+        snprintf(r->cause_message, sizeof(r->cause_message), "the job hit its %s timeout", dur);
+        return;
+    case XMP_CAUSE_INTERRUPTED:
+        r->outcome = XMP_OUTCOME_INTERRUPTED;
+        r->exit_code = 128 + r->interrupt_signal;
+        xmp_signal_name(r->interrupt_signal, sig, sizeof(sig));
+        snprintf(r->cause_reason, sizeof(r->cause_reason), "interrupted");
+        snprintf(r->cause_message, sizeof(r->cause_message),
+                 "xmprun received %s and stopped the job", sig);
+        return;
+    }
+}
+
+/* Rounds a non-negative value to 1/scale (milliseconds, microseconds), without libm. */
+static double
+round_to(double v, double scale)
+{
+    return v > 0 ? (double)(int64_t)(v * scale + 0.5) / scale : 0.0;
+}
+
+static json_t *
+time_json(const struct timespec *ts)
+{
+    struct tm tm;
+    char buf[64];
+
+    if (ts->tv_sec == 0 && ts->tv_nsec == 0)
+        return json_null();
+    gmtime_r(&ts->tv_sec, &tm);
+    snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts->tv_nsec / 1000000);
+    return json_string(buf);
+}
+
+static json_t *
+str_or_null(const char *s)
+{
+    return s != NULL && s[0] != '\0' ? json_string(s) : json_null();
+}
+
+static json_t *
+int_or_null(int64_t v)
+{
+    return v >= 0 ? json_integer(v) : json_null();
+}
+
+/* Length of the valid UTF-8 sequence at p (1-4), or 0 if it is not one. */
+static size_t
+utf8_seq(const unsigned char *p)
+{
+    size_t n;
+    unsigned cp;
+
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        n = 2, cp = p[0] & 0x1f;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef)
+        n = 3, cp = p[0] & 0x0f;
+    else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+        n = 4, cp = p[0] & 0x07;
+    else
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    /* No overlong forms, surrogates or code points past U+10FFFF. */
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+/* A JSON string of a worker's output line: bytes that are not UTF-8 (a binary blob, a latin-1
+ * message) become U+FFFD, so the rest of the line survives. */
+static json_t *
+utf8_json(const char *text)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    size_t len = strlen(text), o = 0;
+    char *copy;
+    json_t *j = json_string(text);
+
+    if (j != NULL)
+        return j;
+    copy = malloc(len * 3 + 1);
+    if (copy == NULL)
+        return json_string("");
+    for (size_t i = 0; i < len;) {
+        size_t n = utf8_seq(p + i);
+        if (n == 0) {
+            memcpy(copy + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        } else {
+            memcpy(copy + o, p + i, n);
+            o += n;
+            i += n;
+        }
+    }
+    copy[o] = '\0';
+    j = json_string(copy);
+    free(copy);
+    return j != NULL ? j : json_string("");
+}
+
+json_t *
+xmp_report_text_json(const char *text)
+{
+    return utf8_json(text);
+}
+
+static json_t *
+worker_json(const struct xmp_worker_report *w)
+{
+    json_t *o = json_object(), *devs = json_array(), *tail = json_array();
+    char sig[32];
+
+    for (size_t i = 0; w->devices != NULL && w->devices[i] != NULL; i++)
+        json_array_append_new(devs, json_string(w->devices[i]));
+    for (size_t i = 0; i < w->n_tail; i++)
+        json_array_append_new(tail, utf8_json(w->stderr_tail[i]));
+    xmp_signal_name(w->signal, sig, sizeof(sig));
+
+    json_object_set_new(o, "rank", json_integer(w->rank));
+    json_object_set_new(o, "local_rank", json_integer(w->local_rank));
+    json_object_set_new(o, "pid", w->pid > 0 ? json_integer(w->pid) : json_null());
+    json_object_set_new(o, "devices", devs);
+    json_object_set_new(o, "cpuset", str_or_null(w->cpuset));
+    json_object_set_new(o, "started_at", time_json(&w->started_at));
+    json_object_set_new(o, "ended_at", time_json(&w->ended_at));
+    json_object_set_new(o, "state", json_string(xmp_worker_state_name(w->state)));
+    json_object_set_new(o, "exit_code", int_or_null(w->exit_code));
+    json_object_set_new(o, "signal", w->signal > 0 ? json_string(sig) : json_null());
+    json_object_set_new(
+        o, "memory",
+        json_pack("{s:o, s:o, s:o, s:o}", "limit_bytes", int_or_null(w->memory_limit), "peak_bytes",
+                  int_or_null(w->memory_peak), "oom_kills", int_or_null(w->oom_kills), "oom_at",
+                  w->oom_at != NULL ? json_string(w->oom_at) : json_null()));
+    json_object_set_new(o, "pids",
+                        json_pack("{s:o, s:o}", "limit", int_or_null(w->pids_limit), "hits",
+                                  int_or_null(w->pids_hits)));
+    json_object_set_new(o, "cpu",
+                        json_pack("{s:f, s:f}", "user_s", round_to(w->user_s, 1e6), "system_s",
+                                  round_to(w->system_s, 1e6)));
+    json_object_set_new(o, "stderr_tail", tail);
+    json_object_set_new(o, "error_file",
+                        w->error_file != NULL ? json_incref(w->error_file) : json_null());
+    if (w->error_file_note[0] != '\0')
+        json_object_set_new(o, "error_file_note", utf8_json(w->error_file_note));
+    if (w->state == XMP_WORKER_FAILED_TO_START)
+        json_object_set_new(o, "start_error", str_or_null(w->start_error));
+    if (w->log_error[0] != '\0')
+        json_object_set_new(o, "log_error", json_string(w->log_error));
+    return o;
+}
+
+static json_t *
+cause_json(enum xmp_cause_kind kind, int rank, const char *reason, const char *message)
+{
+    if (kind == XMP_CAUSE_NONE)
+        return json_null();
+    return json_pack("{s:o, s:s, s:s}", "rank", rank >= 0 ? json_integer(rank) : json_null(),
+                     "reason", reason, "message", message);
+}
+
+json_t *
+xmp_report_to_json(const struct xmp_report *r)
+{
+    json_t *o = json_object(), *workers = json_array(), *attempts = json_array();
+    double duration = (double)(r->ended_mono_ns - r->started_mono_ns) / 1e9;
+
+    for (size_t i = 0; i < r->n_workers; i++)
+        json_array_append_new(workers, worker_json(&r->workers[i]));
+    for (size_t i = 0; i < r->n_attempts; i++) {
+        const struct xmp_attempt *a = &r->attempts[i];
+        json_t *c = cause_json(a->kind, a->rank, a->reason, a->message);
+        json_t *at = json_pack("{s:i, s:o, s:i}", "restart", a->restart, "root_cause",
+                               c != NULL ? c : json_null(), "exit_code", a->exit_code);
+        json_array_append_new(attempts, at);
+    }
+
+    json_object_set_new(o, "schema", json_string("xmprun.report/v1"));
+    json_object_set_new(o, "xmprun_version", json_string(XMP_VERSION));
+    json_object_set_new(o, "job",
+                        json_pack("{s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:o, s:o, s:o}", "name",
+                                  str_or_null(r->job_name), "id", str_or_null(r->job_id), "spec",
+                                  str_or_null(r->spec_path), "host", str_or_null(r->host),
+                                  "node_rank", r->node_rank, "nnodes", r->nnodes, "world_size",
+                                  r->world_size, "master_addr", str_or_null(r->master_addr),
+                                  "master_port",
+                                  int_or_null(r->master_port > 0 ? r->master_port : -1), "run_id",
+                                  str_or_null(r->run_id)));
+    json_object_set_new(o, "started_at", time_json(&r->started_at));
+    json_object_set_new(o, "ended_at", time_json(&r->ended_at));
+    json_object_set_new(o, "duration_s", json_real(duration > 0 ? round_to(duration, 1e3) : 0.0));
+    json_object_set_new(o, "outcome", json_string(xmp_outcome_name(r->outcome)));
+    json_object_set_new(o, "exit_code", json_integer(r->exit_code));
+    json_t *paths = json_object();
+    for (size_t i = 0; i < r->n_cgroup_paths; i++)
+        json_object_set_new(paths, r->cgroup_paths[i].hier, json_string(r->cgroup_paths[i].path));
+    json_object_set_new(o, "cgroup",
+                        json_pack("{s:s, s:o, s:o, s:o}", "mode",
+                                  r->cgroup_mode != NULL ? r->cgroup_mode : "none", "path",
+                                  str_or_null(r->cgroup_path), "note", str_or_null(r->cgroup_note),
+                                  "paths", paths));
+    json_object_set_new(o, "root_cause",
+                        cause_json(r->cause, r->cause_rank, r->cause_reason, r->cause_message));
+    json_object_set_new(o, "restarts", json_integer(r->restarts));
+    json_object_set_new(o, "attempts", attempts);
+    json_object_set_new(o, "workers", workers);
+    if (r->zygote != NULL) {
+        const struct xmp_worker_report *z = r->zygote;
+        char sig[32];
+        xmp_signal_name(z->signal, sig, sizeof(sig));
+        json_object_set_new(
+            o, "zygote",
+            json_pack("{s:o, s:s, s:o, s:o, s:{s:o, s:o, s:o}}", "pid",
+                      z->pid > 0 ? json_integer(z->pid) : json_null(), "state",
+                      xmp_worker_state_name(z->state), "exit_code", int_or_null(z->exit_code),
+                      "signal", z->signal > 0 ? json_string(sig) : json_null(), "memory",
+                      "limit_bytes", int_or_null(z->memory_limit), "peak_bytes",
+                      int_or_null(z->memory_peak), "oom_kills", int_or_null(z->oom_kills)));
+    }
+    return o;
+}
+
+int
+xmp_report_write_start(const struct xmp_report *r, const char *path, struct xmp_file_commit *c,
+                       struct xmp_error *err)
+{
+    cleanup_free char *text = NULL;
+    json_t *doc = xmp_report_to_json(r);
+
+    /* 15 significant digits: durations and CPU times without binary-fraction noise. */
+    text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
+    json_decref(doc);
+    if (text == NULL)
+        return xmp_error_set(err, ENOMEM, "report: encode JSON");
+    return xmp_file_write_atomic_start(path, text, true, c, err);
+}
+
+void
+xmp_report_print_summary(const struct xmp_report *r, FILE *out)
+{
+    char dur[64];
+    double total = (double)(r->ended_mono_ns - r->started_mono_ns) / 1e9;
+
+    snprintf(dur, sizeof(dur), "%.1fs", total > 0 ? total : 0.0);
+    fprintf(out, "xmprun: job %s (%s) %s after %s", r->job_name != NULL ? r->job_name : "?",
+            r->job_id != NULL ? r->job_id : "?", xmp_outcome_name(r->outcome), dur);
+    if (r->restarts > 0)
+        fprintf(out, " and %d restart%s", r->restarts, r->restarts == 1 ? "" : "s");
+    fprintf(out, ", exit status %d\n", r->exit_code);
+    if (r->n_workers > 0)
+        fprintf(out, "  %4s  %-14s %-18s %5s %11s %9s\n", "rank", "device", "state", "exit",
+                "peak mem", "time");
+    /* start: fork: the zygote first, its peak being the shared cost. */
+    for (size_t i = r->zygote != NULL ? 0 : 1; i <= r->n_workers; i++) {
+        const struct xmp_worker_report *w = i == 0 ? r->zygote : &r->workers[i - 1];
+        char devs[128], exit_s[16], peak[32], t[32];
+        int64_t secs = w->ended_at.tv_sec - w->started_at.tv_sec;
+        int64_t nsecs = w->ended_at.tv_nsec - w->started_at.tv_nsec;
+        double wt = w->started_at.tv_sec != 0 ? (double)secs + (double)nsecs / 1e9 : 0.0;
+
+        join_devices(w, devs, sizeof(devs));
+        if (w->signal > 0)
+            xmp_signal_name(w->signal, exit_s, sizeof(exit_s));
+        else if (w->exit_code >= 0)
+            snprintf(exit_s, sizeof(exit_s), "%d", w->exit_code);
+        else
+            snprintf(exit_s, sizeof(exit_s), "-");
+        if (w->memory_peak >= 0)
+            xmp_format_bytes(w->memory_peak, peak, sizeof(peak));
+        else
+            snprintf(peak, sizeof(peak), "-");
+        snprintf(t, sizeof(t), "%.1fs", wt > 0 ? wt : 0.0);
+        if (i == 0)
+            fprintf(out, "  %-20s %-18s %5s %11s %9s\n", "zygote (shared)",
+                    xmp_worker_state_name(w->state), exit_s, peak, t);
+        else
+            fprintf(out, "  %4d  %-14s %-18s %5s %11s %9s\n", w->rank, devs[0] ? devs : "-",
+                    xmp_worker_state_name(w->state), exit_s, peak, t);
+    }
+    if (r->cause != XMP_CAUSE_NONE)
+        fprintf(out, "xmprun: root cause: %s\n", r->cause_message);
+    if (r->cgroup_note[0] != '\0')
+        fprintf(out, "xmprun: note: %s\n", r->cgroup_note);
+}
+
+void
+xmp_report_release(struct xmp_report *r)
+{
+    for (size_t i = 0; i < r->n_workers; i++) {
+        struct xmp_worker_report *w = &r->workers[i];
+        for (size_t j = 0; j < w->n_tail; j++)
+            free(w->stderr_tail[j]);
+        free(w->stderr_tail);
+        json_decref(w->error_file);
+    }
+    free(r->workers);
+    free(r->attempts);
+    r->workers = NULL;
+    r->n_workers = 0;
+    r->attempts = NULL;
+    r->n_attempts = 0;
+}

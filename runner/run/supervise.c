@@ -1,0 +1,772 @@
+/* Running a job end to end: signals, host discovery and plan, cgroups (required, optional, off),
+ * the runs of the worker group (group.c) with restarts, cleanup on every path, the exit report,
+ * and `xmprun gc`. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "runner/run/supervise.h"
+
+#include "isolate/cleanup.h"
+#include "isolate/file.h"
+#include "isolate/thread.h"
+#include "runner/run/group.h"
+#include "runner/run/spawn.h"
+#include "runner/run/state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+static const int handled_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+/* The start's work that needs nothing of the job (the gc of what an xmprun killed with SIGKILL
+ * left behind, and libcgroup's init) runs on a second thread while this one discovers the
+ * host, plans the job and prepares its workers: when a job starts, the other CPUs are idle.
+ * Joined before the job's cgroups are made; without a thread, it is done in line. */
+struct prelude {
+    const char *state_dir;
+    bool cgroups;
+    struct xmp_thread thread;
+};
+
+/* As large as a default thread's: gc's walks of a dead job's cgroup tree recurse once per level
+ * of what its workers made there. Only the pages it touches are ever resident. */
+#define PRELUDE_STACK (8 * 1024 * 1024)
+
+static void *
+prelude_main(void *arg)
+{
+    struct prelude *p = arg;
+    struct xmp_error err = {0};
+
+    /* Quietly: what it cannot collect stays for `xmprun gc`. */
+    xmp_state_gc(p->state_dir, &err);
+    if (p->cgroups)
+        xmp_cgroup_prepare();
+    return NULL;
+}
+
+static void
+prelude_start(struct prelude *p)
+{
+    if (!xmp_thread_start(&p->thread, prelude_main, p, PRELUDE_STACK))
+        prelude_main(p);
+}
+
+static void
+prelude_join(struct prelude *p)
+{
+    xmp_thread_join(&p->thread);
+}
+
+static void
+destroy_worker_cgroups(struct xmp_supervisor *sv)
+{
+    struct xmp_error err = {0};
+
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        if (w->cg != NULL && xmp_cgroup_destroy(w->cg, &err) < 0)
+            fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank, err.msg);
+        w->cg = NULL;
+    }
+}
+
+static int
+create_worker_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        char name[32];
+
+        struct xmp_limits limits = w->pw->limits;
+
+        limits.has_devices = limits.has_devices && !sv->no_device_filter;
+        snprintf(name, sizeof(name), "worker-%d", w->pw->rank);
+        if (xmp_cgroup_create_child(sv->job_cg, name, &limits, &w->cg, err) < 0) {
+            xmp_file_explain_emfile(err);
+            return xmp_error_wrap(err, "worker %d", w->pw->rank);
+        }
+        /* Once for the job: its workers share the enclosing cgroup and the shared nodes. */
+        const char *note = xmp_cgroup_devices_note(w->cg);
+        if (note[0] != '\0' && strstr(sv->report.cgroup_note, note) == NULL) {
+            if (!xmp_quiet(sv))
+                fprintf(stderr, "xmprun: note: %s\n", note);
+            size_t len = strlen(sv->report.cgroup_note);
+            snprintf(sv->report.cgroup_note + len, sizeof(sv->report.cgroup_note) - len, "%s%s",
+                     len > 0 ? "; " : "", note);
+        }
+    }
+    return 0;
+}
+
+/* start: fork: the zygote's cgroup holds the preloaded pages, charged once, with the limit
+ * resources.shared.memory. */
+static int
+create_zygote_cgroup(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    struct xmp_limits limits;
+
+    if (!sv->fork_mode)
+        return 0;
+    xmp_limits_init(&limits);
+    limits.memory = sv->spec->shared_memory > 0 ? sv->spec->shared_memory : -1;
+    limits.memory_min = limits.memory; /* see job_limits */
+    if (xmp_cgroup_create_child(sv->job_cg, "zygote", &limits, &sv->zy.cg, err) < 0)
+        return xmp_error_wrap(err, "zygote");
+    return 0;
+}
+
+static void
+destroy_cgroups(struct xmp_supervisor *sv)
+{
+    struct xmp_error err = {0};
+
+    destroy_worker_cgroups(sv);
+    if (sv->zy.cg != NULL && xmp_cgroup_destroy(sv->zy.cg, &err) < 0)
+        fprintf(stderr, "xmprun: warning: zygote: %s\n", err.msg);
+    sv->zy.cg = NULL;
+    if (sv->job_cg != NULL && xmp_cgroup_destroy(sv->job_cg, &err) < 0)
+        fprintf(stderr, "xmprun: warning: %s\n", err.msg);
+    sv->job_cg = NULL;
+}
+
+/* A limit of xmprun's above an enclosing one (a container's --memory, a Slurm step's --mem, a
+ * systemd MemoryMax) can never be reached: the enclosing one fires first, and the user should
+ * know before the job runs. Said on stderr and in the report's cgroup.note. */
+static void
+warn_enclosing_limit(struct xmp_supervisor *sv)
+{
+    char path[512], encl[32], job[32], worker[32], what[160] = "", note[768];
+    int64_t limit = -1, largest = -1;
+
+    if (!xmp_cgroup_enclosing_limit(sv->job_cg, &limit, path, sizeof(path)))
+        return;
+    for (size_t i = 0; i < sv->n_workers; i++)
+        if (sv->workers[i].pw->limits.memory > largest)
+            largest = sv->workers[i].pw->limits.memory;
+    xmp_format_bytes(limit, encl, sizeof(encl));
+    xmp_format_bytes(sv->plan.job_limits.memory, job, sizeof(job));
+    xmp_format_bytes(largest, worker, sizeof(worker));
+    if (sv->plan.job_limits.memory > limit && largest > limit)
+        snprintf(what, sizeof(what), "the job memory limit %s and the worker memory limit %s are",
+                 job, worker);
+    else if (sv->plan.job_limits.memory > limit)
+        snprintf(what, sizeof(what), "the job memory limit %s is", job);
+    else if (largest > limit)
+        snprintf(what, sizeof(what), "the worker memory limit %s is", worker);
+    else
+        return;
+    snprintf(note, sizeof(note),
+             "%s larger than the enclosing cgroup's %s limit (%s %s), which the kernel enforces "
+             "first",
+             what, encl, xmp_cgroup_owner_kind(path), path);
+    if (!xmp_quiet(sv))
+        fprintf(stderr, "xmprun: warning: %s\n", note);
+    size_t len = strlen(sv->report.cgroup_note);
+    snprintf(sv->report.cgroup_note + len, sizeof(sv->report.cgroup_note) - len, "%s%s",
+             len > 0 ? "; " : "", note);
+}
+
+/* The job's limits; in start: fork with memory.min = resources.shared.memory, as the zygote's
+ * (cgroup v2): measured in the v2 guest (bench/fork_file_pages.py), without it the job's own
+ * pressure reclaimed 56% of a prefaulted, mmap'd 256 MiB file from the zygote and the worker that
+ * read it again was charged 133 MiB for it; with it the pages stayed with the zygote. */
+static struct xmp_limits
+job_limits(const struct xmp_supervisor *sv)
+{
+    struct xmp_limits l = sv->plan.job_limits;
+
+    if (sv->fork_mode && sv->spec->shared_memory > 0)
+        l.memory_min = sv->spec->shared_memory;
+    return l;
+}
+
+/* isolation.devices on cgroup v2 is a BPF device program, which only a privileged process may
+ * load and attach: an unprivileged xmprun in a delegated cgroup (systemd Delegate=yes) cannot
+ * have one, as crun and systemd --user cannot. Where this host has an accelerator, whose nodes
+ * the filter is for, that is an error that says what to do; without one the job runs without
+ * the filter, and the report's cgroup.note says so. */
+static int
+check_device_filter(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    bool wanted = false;
+
+    for (size_t i = 0; i < sv->n_workers; i++)
+        wanted |= sv->workers[i].pw->limits.has_devices;
+    if (!wanted || geteuid() == 0 || sv->mode == XMP_CGROUP_MODE_LEGACY)
+        return 0;
+    if (sv->host.n_gpus + sv->host.n_tpus > 0)
+        return xmp_error_set(err, EPERM,
+                             "isolation.devices: the workers' device filter (a BPF device program "
+                             "on cgroup v2) needs root, and xmprun runs as uid %u: run it as root, "
+                             "or set isolation.devices: false to run without the filter",
+                             (unsigned)geteuid());
+    sv->no_device_filter = true;
+    snprintf(sv->report.cgroup_note, sizeof(sv->report.cgroup_note),
+             "no device filter: a BPF device program needs root, and this host has no "
+             "accelerator whose device nodes it would guard");
+    return 0;
+}
+
+/* isolation.cgroups: required refuses to run without cgroups, optional warns once and runs
+ * without limits (saying so in the report), off does not try. */
+static int
+setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    sv->mode = XMP_CGROUP_MODE_NONE;
+    if (sv->spec->cgroups == XMP_CGROUPS_OFF) {
+        snprintf(sv->report.cgroup_note, sizeof(sv->report.cgroup_note),
+                 "isolation.cgroups is off: workers ran without cgroups or resource limits");
+        return 0;
+    }
+    struct xmp_limits jl = job_limits(sv);
+
+    if (xmp_cgroup_detect(&sv->mode, err) < 0 || check_device_filter(sv, err) < 0 ||
+        xmp_cgroup_create_job(sv->mode, sv->plan.cgroup_name, &jl, &sv->job_cg, err) < 0 ||
+        create_worker_cgroups(sv, err) < 0 || create_zygote_cgroup(sv, err) < 0) {
+        destroy_cgroups(sv);
+        sv->mode = XMP_CGROUP_MODE_NONE;
+        if (sv->spec->cgroups == XMP_CGROUPS_REQUIRED)
+            return -1; /* the cgroup layer's message already says why and what to do */
+        if (!xmp_quiet(sv))
+            fprintf(stderr,
+                    "xmprun: warning: %s; running without resource limits "
+                    "(isolation.cgroups: optional)\n",
+                    err->msg);
+        snprintf(sv->report.cgroup_note, sizeof(sv->report.cgroup_note),
+                 "cgroups unavailable, workers ran without resource limits: %s", err->msg);
+        xmp_error_clear(err);
+        return 0;
+    }
+    snprintf(sv->report.cgroup_path, sizeof(sv->report.cgroup_path), "%s",
+             xmp_cgroup_path(sv->job_cg));
+    {
+        struct xmp_cgroup_hier_path paths[8];
+        size_t n = xmp_cgroup_paths(sv->job_cg, paths, 8);
+        _Static_assert(sizeof(paths[0]) == sizeof(sv->report.cgroup_paths[0]),
+                       "the report keeps the paths as isolate/ gives them");
+        memcpy(sv->report.cgroup_paths, paths, n * sizeof(paths[0]));
+        sv->report.n_cgroup_paths = n;
+    }
+    warn_enclosing_limit(sv);
+    return 0;
+}
+
+static int
+setup_signals(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    struct sigaction dfl = {.sa_handler = SIG_DFL}, ign = {.sa_handler = SIG_IGN};
+    sigset_t set;
+
+    /* An inherited SIG_IGN for SIGCHLD would make the kernel discard exit statuses. */
+    sigaction(SIGCHLD, &dfl, &sv->old_chld);
+    /* A closed console must not kill the supervisor: writes then fail with EPIPE instead. */
+    sigaction(SIGPIPE, &ign, &sv->old_pipe);
+    sigemptyset(&set);
+    for (size_t i = 0; i < sizeof(handled_signals) / sizeof(handled_signals[0]); i++)
+        sigaddset(&set, handled_signals[i]);
+    if (sigprocmask(SIG_BLOCK, &set, &sv->old_mask) < 0)
+        return xmp_error_set(err, errno, "sigprocmask");
+    sv->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sv->sigfd < 0)
+        return xmp_error_set(err, errno, "signalfd");
+    /* Orphaned grandchildren reparent to xmprun rather than to init, so it can reap and kill
+     * them; as PID 1 this is what the kernel does anyway. */
+    if (getpid() != 1 && prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
+        return xmp_error_set(err, errno, "prctl(PR_SET_CHILD_SUBREAPER)");
+    sv->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (sv->epfd < 0)
+        return xmp_error_set(err, errno, "epoll_create1");
+    sv->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    if (sv->timerfd < 0)
+        return xmp_error_set(err, errno, "timerfd_create");
+    struct epoll_event sev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_SIGNAL << 32};
+    struct epoll_event tev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_TIMER << 32};
+    if (epoll_ctl(sv->epfd, EPOLL_CTL_ADD, sv->sigfd, &sev) < 0 ||
+        epoll_ctl(sv->epfd, EPOLL_CTL_ADD, sv->timerfd, &tev) < 0)
+        return xmp_error_set(err, errno, "epoll_ctl");
+    return 0;
+}
+
+static void
+restore_signals(struct xmp_supervisor *sv)
+{
+    struct signalfd_siginfo fsi;
+
+    /* Swallow what arrived after the last worker ended (a late SIGCHLD, a forwarded ^C), so
+     * that unblocking does not act on it. */
+    if (sv->sigfd >= 0) {
+        while (read(sv->sigfd, &fsi, sizeof(fsi)) == (ssize_t)sizeof(fsi))
+            ;
+        close(sv->sigfd);
+    }
+    sigprocmask(SIG_SETMASK, &sv->old_mask, NULL);
+    sigaction(SIGCHLD, &sv->old_chld, NULL);
+    /* SIGPIPE stays ignored until xmprun exits: a console reader that went away (`| head -1`)
+     * must not kill it before its summary and its exit status, which are the report's. */
+}
+
+static int
+setup_workers(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    sv->n_workers = sv->plan.n_workers;
+    sv->workers = calloc(sv->n_workers + 1, sizeof(*sv->workers));
+    sv->report.workers = calloc(sv->n_workers + 1, sizeof(*sv->report.workers));
+    if (sv->workers == NULL || sv->report.workers == NULL)
+        return xmp_error_set(err, ENOMEM, "workers");
+    sv->report.n_workers = sv->n_workers;
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        struct xmp_error e = {0};
+        char **env;
+
+        w->pw = &sv->plan.workers[i];
+        w->pidfd = -1;
+        w->out.fd = w->err.fd = w->out.log_fd = w->err.log_fd = -1;
+        /* Resolve the program against the worker's own PATH, as execvp would. */
+        env = xmp_plan_worker_environ(&sv->plan, w->pw, sv->opts->environ);
+        w->path = xmp_spawn_resolve(w->pw->argv[0], env);
+        xmp_strv_free(env);
+        if (w->path == NULL)
+            return xmp_error_set(err, ENOMEM, "worker %d", w->pw->rank);
+        if (w->pw->cpuset[0] != '\0' && xmp_cpulist_parse(w->pw->cpuset, &w->cpus, &e) == 0)
+            w->has_cpus = true;
+    }
+    /* The scratch directory for the workers' TORCHELASTIC_ERROR_FILEs, private to the job. It
+     * must be new: in a shared /tmp an existing one could belong to someone else. xmprun works
+     * on it through a descriptor from here on: a worker that runs as isolation.user owns it and
+     * could put another directory or a link at its name. */
+    if (sv->plan.run_dir != NULL) {
+        if (mkdir(sv->plan.run_dir, 0700) < 0)
+            return xmp_error_set(err, errno, "mkdir `%s`", sv->plan.run_dir);
+        sv->run_fd = open(sv->plan.run_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sv->run_fd < 0) {
+            xmp_error_set(err, errno, "open `%s`", sv->plan.run_dir);
+            rmdir(sv->plan.run_dir);
+            return -1;
+        }
+        /* Workers running as isolation.user write their error files there. */
+        if (sv->iso.confine.change_user &&
+            fchown(sv->run_fd, sv->iso.confine.uid, sv->iso.confine.gid) < 0)
+            return xmp_error_set(err, errno, "chown `%s`", sv->plan.run_dir);
+    }
+    if (sv->spec->log_dir != NULL && mkdir(sv->spec->log_dir, 0755) < 0 && errno != EEXIST)
+        return xmp_error_set(err, errno, "logs.dir: mkdir `%s`", sv->spec->log_dir);
+    /* A link, FIFO or device planted at a log file's name is refused before anything starts;
+     * the open itself does not follow links either, for what is planted later. */
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        const struct xmp_plan_worker *pw = sv->workers[i].pw;
+        if ((pw->stdout_path != NULL && xmp_file_check_target(pw->stdout_path, err) < 0) ||
+            (pw->stderr_path != NULL && xmp_file_check_target(pw->stderr_path, err) < 0))
+            return xmp_error_wrap(err, "logs.dir");
+    }
+    /* The job-wide serial lock (MpSerialExecutor, xmprun_serial_lock): a file the workers
+     * flock, which the kernel releases when its holder dies. Readable by a worker that runs as
+     * another user. */
+    if (sv->run_fd >= 0) {
+        cleanup_close int fd = -1;
+        if (asprintf(&sv->serial_lock, "%s/serial.lock", sv->plan.run_dir) < 0) {
+            sv->serial_lock = NULL;
+            return xmp_error_set(err, ENOMEM, "serial lock");
+        }
+        fd = openat(sv->run_fd, "serial.lock", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                    0666);
+        if (fd < 0)
+            return xmp_error_set(err, errno, "create `%s`", sv->serial_lock);
+        fchmod(fd, 0666);
+        fchmod(sv->run_fd, 0711);
+    }
+    xmp_zygote_find_client(sv);
+    return 0;
+}
+
+/* What one worker holds open once all are spawned: its pidfd, the read ends of its two output
+ * pipes, its exec-status pipe, its start gate and its cgroup directory; two more with logs.dir
+ * (200 workers were measured to need 1215 descriptors, 1615 with logs.dir). */
+#define FDS_PER_WORKER 6
+/* xmprun's own besides those: the four pipe ends of the worker being spawned, the report's and
+ * the state file's writes, cgroup and error files read at a worker's end. */
+#define FDS_RESERVE 32
+
+/* Refuses a job that cannot get the descriptors it needs, before anything is created, rather
+ * than fail at worker 162 with whatever message the call that hit EMFILE gives. */
+static int
+check_fd_budget(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    size_t per = FDS_PER_WORKER + (sv->spec->log_dir != NULL ? 2 : 0);
+    size_t need = xmp_file_count_open() + FDS_RESERVE + sv->plan.n_workers * per;
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return 0;
+    /* Each worker's cgroup files held open for its end (xmp_cgroup_hold), only where they fit. */
+    sv->hold_files =
+        rl.rlim_cur == RLIM_INFINITY || need + sv->plan.n_workers * XMP_CGROUP_HELD <= rl.rlim_cur;
+    if (rl.rlim_cur == RLIM_INFINITY || need <= rl.rlim_cur)
+        return 0;
+    xmp_error_set(err, 0,
+                  "out of file descriptors (RLIMIT_NOFILE %llu): %zu workers need about "
+                  "%zu; raise the limit (ulimit -n, LimitNOFILE=, --ulimit nofile=) or run "
+                  "fewer workers",
+                  (unsigned long long)rl.rlim_cur, sv->plan.n_workers, need);
+    err->errnum = EMFILE;
+    return -1;
+}
+
+static void
+record_attempt(struct xmp_supervisor *sv)
+{
+    struct xmp_report *r = &sv->report;
+    struct xmp_attempt *grown = realloc(r->attempts, (r->n_attempts + 1) * sizeof(*grown));
+
+    xmp_report_finish(r);
+    if (grown == NULL)
+        return;
+    r->attempts = grown;
+    grown[r->n_attempts] = (struct xmp_attempt){
+        .restart = sv->restart, .kind = r->cause, .rank = r->cause_rank, .exit_code = r->exit_code};
+    snprintf(grown[r->n_attempts].reason, sizeof(grown->reason), "%s", r->cause_reason);
+    snprintf(grown[r->n_attempts].message, sizeof(grown->message), "%s", r->cause_message);
+    r->n_attempts++;
+    if (!xmp_quiet(sv))
+        fprintf(stderr, "xmprun: %s; restarting the workers (restart %d of %ld)\n",
+                r->cause_message, sv->restart + 1, sv->spec->restarts);
+}
+
+static bool
+group_failed(const struct xmp_supervisor *sv)
+{
+    for (size_t i = 0; i < sv->n_workers; i++)
+        if (xmp_worker_failed(&sv->report.workers[i]))
+            return true;
+    return false;
+}
+
+/* Frees what a finished run left in the report before the next run fills it again. */
+static void
+reset_run(struct xmp_supervisor *sv)
+{
+    for (size_t i = 0; i < sv->report.n_workers; i++) {
+        struct xmp_worker_report *w = &sv->report.workers[i];
+        for (size_t j = 0; j < w->n_tail; j++)
+            free(w->stderr_tail[j]);
+        free(w->stderr_tail);
+        json_decref(w->error_file);
+        w->stderr_tail = NULL;
+        w->n_tail = 0;
+        w->error_file = NULL;
+    }
+}
+
+static void
+run_job(struct xmp_supervisor *sv)
+{
+    struct xmp_error err = {0};
+
+    for (;;) {
+        xmp_group_run(sv);
+        /* A ^C during the last moments of a failed run must not be answered with a restart. */
+        xmp_group_take_signals(sv);
+        /* start: fork restarts by forking again from the same zygote, which must still live. */
+        if (!group_failed(sv) || sv->report.interrupt_signal != 0 || sv->report.timed_out ||
+            sv->restart >= sv->spec->restarts || (sv->fork_mode && !sv->zy.running) ||
+            sv->report.zygote_failed)
+            return;
+        record_attempt(sv);
+        /* Fresh cgroups, so that the next run's peak memory and OOM count are its own and
+         * nothing the failed run left behind survives. */
+        if (sv->job_cg != NULL) {
+            destroy_worker_cgroups(sv);
+            if (create_worker_cgroups(sv, &err) < 0) {
+                destroy_worker_cgroups(sv);
+                fprintf(stderr, "xmprun: cannot restart: %s\n", err.msg);
+                return;
+            }
+        }
+        reset_run(sv);
+        sv->restart++;
+        sv->report.restarts = sv->restart;
+    }
+}
+
+static void
+fill_job_info(struct xmp_supervisor *sv)
+{
+    struct xmp_report *r = &sv->report;
+
+    r->job_name = sv->have_plan ? sv->plan.job_name : sv->spec->name;
+    r->job_id = sv->have_plan ? sv->plan.job_id : NULL;
+    r->spec_path = sv->spec->file;
+    r->host = sv->have_host && sv->host.hostname[0] != '\0' ? sv->host.hostname : NULL;
+    /* Without a plan, what the spec says (auto is unknown then). */
+    r->node_rank = sv->have_plan ? sv->plan.node_rank
+                                 : (int)(sv->spec->node_rank > 0 ? sv->spec->node_rank : 0);
+    r->nnodes =
+        sv->have_plan ? sv->plan.nnodes : (int)(sv->spec->nnodes > 1 ? sv->spec->nnodes : 1);
+    r->world_size = sv->have_plan ? sv->plan.world_size : 0;
+    r->master_addr = sv->have_plan ? sv->plan.master_addr : NULL;
+    r->master_port = sv->have_plan ? sv->plan.master_port : (int)sv->spec->master_port;
+    r->run_id = sv->have_plan ? sv->plan.run_id : NULL;
+    r->restarts_allowed = (int)sv->spec->restarts;
+    r->timeout_ms = sv->spec->timeout_ms;
+}
+
+static const char *
+report_path(struct xmp_supervisor *sv, char *buf, size_t size)
+{
+    if (sv->opts->report != NULL && sv->opts->report[0] != '\0')
+        return sv->opts->report;
+    if (sv->have_plan && sv->plan.report_path != NULL)
+        return sv->plan.report_path;
+    if (sv->spec->report != NULL)
+        return sv->spec->report;
+    /* No plan (it was refused): still one report per node where the spec names the node. */
+    if (sv->spec->nnodes > 1 && sv->spec->node_rank >= 0)
+        snprintf(buf, size, "%s.node%ld.report.json",
+                 sv->spec->name != NULL ? sv->spec->name : "xmprun", sv->spec->node_rank);
+    else
+        snprintf(buf, size, "%s.report.json", sv->spec->name != NULL ? sv->spec->name : "xmprun");
+    return buf;
+}
+
+/* Everything in the scratch directory goes with it (the error files, the serial lock, what a
+ * worker left there), through its descriptor: never through a link at its name. */
+static void
+remove_run_dir(struct xmp_supervisor *sv)
+{
+    if (sv->run_fd < 0)
+        return;
+    xmp_file_clear_dir(sv->run_fd);
+    close(sv->run_fd);
+    sv->run_fd = -1;
+    rmdir(sv->plan.run_dir);
+}
+
+/* Says what the consoles could not show, then writes what they still hold and the summary, all
+ * (and why the report is missing, if it is) through the consoles: a stalled reader holds xmprun's
+ * exit for XMP_CONSOLE_STALL_MS at most, and a slow one still gets everything, in order. */
+static void
+finish_consoles(struct xmp_supervisor *sv, const char *report_error)
+{
+    struct xmp_console *out = xmp_group_console(sv, 0), *err = xmp_group_console(sv, 1);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    if (out != err)
+        xmp_console_drain(out, XMP_CONSOLE_STALL_MS);
+    f = open_memstream(&text, &len);
+    if (f == NULL) {
+        xmp_console_drain(err, XMP_CONSOLE_STALL_MS);
+        return;
+    }
+    for (int i = 0; i < 2 && !xmp_quiet(sv); i++) {
+        const struct xmp_console *c = xmp_group_console(sv, i);
+        if (c->dropped == 0 || c->write_errno == EPIPE || (i == 1 && out == err))
+            continue;
+        if (c->write_errno == ETIMEDOUT)
+            fprintf(f, "xmprun: warning: the reader of xmprun's %s took nothing for %d ms; ",
+                    i == 0 ? "stdout" : "stderr", XMP_CONSOLE_STALL_MS);
+        else
+            fprintf(f, "xmprun: warning: %s: write: %s; ", i == 0 ? "stdout" : "stderr",
+                    strerror(c->write_errno));
+        fprintf(f, "%zu bytes of the workers' output were not shown%s\n", c->dropped,
+                sv->spec->log_dir != NULL ? " (logs.dir has them)" : "");
+    }
+    if (!xmp_quiet(sv) && sv->report.outcome != XMP_OUTCOME_SETUP_FAILED)
+        xmp_report_print_summary(&sv->report, f);
+    /* Last, so that it is not lost among the workers' output. */
+    if (report_error != NULL)
+        fprintf(f, "xmprun: the report was not written: %s\n", report_error);
+    if (fclose(f) == 0 && len > 0)
+        xmp_console_put(err, text, len);
+    free(text);
+    xmp_console_drain(err, XMP_CONSOLE_STALL_MS);
+}
+
+static void
+cleanup(struct xmp_supervisor *sv)
+{
+    free(sv->serial_lock);
+    if (sv->zy.sock >= 0)
+        close(sv->zy.sock);
+    if (sv->zy.pidfd >= 0)
+        close(sv->zy.pidfd);
+    free(sv->zy.path);
+    xmp_strv_free(sv->zy.environ);
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        if (w->pidfd >= 0)
+            close(w->pidfd);
+        free(w->path);
+        xmp_strv_free(w->environ);
+    }
+    free(sv->workers);
+    if (sv->epfd >= 0)
+        close(sv->epfd);
+    if (sv->timerfd >= 0)
+        close(sv->timerfd);
+    if (sv->stdin_fd >= 0)
+        close(sv->stdin_fd);
+    for (int i = 0; i < 2; i++)
+        xmp_console_free(&sv->consoles[i]);
+    xmp_status_free(&sv->status);
+    if (sv->have_plan)
+        xmp_plan_free(&sv->plan);
+    if (sv->have_host)
+        xmp_host_free(&sv->host);
+    xmp_isolation_free(&sv->iso);
+    xmp_report_release(&sv->report);
+}
+
+int
+xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
+            struct xmp_error *setup_err)
+{
+    struct xmp_supervisor sv = {
+        .spec = spec,
+        .opts = opts,
+        .epfd = -1,
+        .run_fd = -1,
+        .sigfd = -1,
+        .timerfd = -1,
+        .stdin_fd = -1,
+        .status = {.fd = -1, .timerfd = -1},
+        .fork_mode = spec->start == XMP_START_FORK,
+        .zy = {.sock = -1, .pidfd = -1, .spawned = {.pidfd = -1, .status_fd = -1, .gate_fd = -1}},
+    };
+    struct xmp_error err = {0};
+    char buf[512];
+    const char *path;
+    bool report_refused = false, report_started = false, report_lost = false;
+    struct prelude prelude = {0};
+    struct xmp_file_commit commit;
+    int status;
+
+    /* No console until setup_consoles: what the end writes is then dropped, not sent to fd 0. */
+    for (int i = 0; i < 2; i++) {
+        xmp_console_init(&sv.consoles[i], -1, true);
+        sv.console_watched[i] = -1;
+    }
+    xmp_now_real(&sv.report.started_at);
+    sv.report.started_mono_ns = xmp_now_ns();
+    sv.report.cgroup_mode = "none";
+    sv.state_dir = xmp_state_dir(opts->environ, sv.state_dir_buf, sizeof(sv.state_dir_buf));
+    prelude.state_dir = sv.state_dir;
+    prelude.cgroups = spec->cgroups != XMP_CGROUPS_OFF;
+    prelude_start(&prelude);
+
+    /* Workers run in their own process groups, in the background as far as a terminal is
+     * concerned: one that read the terminal would be stopped by SIGTTIN for good. So a terminal
+     * stdin is replaced by /dev/null; a file or pipe is passed on. */
+    if (isatty(STDIN_FILENO))
+        sv.stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (setup_signals(&sv, &err) < 0)
+        goto setup_failed;
+    /* A failure to raise it is not fatal: the budget check below says what the job needs. */
+    if (xmp_file_raise_nofile(&sv.inherited_nofile, &err) == 0)
+        sv.have_inherited_nofile = true;
+    xmp_error_clear(&err);
+    xmp_group_setup_consoles(&sv);
+    if (xmp_host_discover(getenv("XMPRUN_HOST_ROOT"), &sv.host, &err) < 0) {
+        xmp_error_wrap(&err, "host discovery");
+        goto setup_failed;
+    }
+    sv.have_host = true;
+    if (xmp_plan_build(spec, &sv.host, opts->environ, getpid(), &sv.plan, &err) < 0)
+        goto setup_failed;
+    sv.have_plan = true;
+    for (char **w = sv.plan.warnings; w != NULL && *w != NULL; w++)
+        fprintf(stderr, "xmprun: warning: %s\n", *w);
+    /* Before anything is created or started: a report that cannot be written, or would replace
+     * a device node, FIFO or directory, is refused now rather than lost after the job ran. */
+    path = report_path(&sv, buf, sizeof(buf));
+    if (xmp_file_check_target(path, &err) < 0) {
+        xmp_error_wrap(&err, "report");
+        report_refused = true;
+        goto setup_failed;
+    }
+    if (check_fd_budget(&sv, &err) < 0)
+        goto setup_failed;
+    /* The seccomp filter is compiled here, once for every worker and restart. */
+    if (xmp_isolation_setup(spec, &sv.iso, &err) < 0)
+        goto setup_failed;
+    if (setup_workers(&sv, &err) < 0)
+        goto setup_failed;
+    prelude_join(&prelude);
+    if (setup_cgroups(&sv, &err) < 0)
+        goto setup_failed;
+    sv.report.cgroup_mode = xmp_cgroup_mode_name(sv.mode);
+    if (spec->timeout_ms > 0)
+        sv.deadline_ns = sv.report.started_mono_ns + spec->timeout_ms * 1000000;
+
+    if (sv.fork_mode && xmp_zygote_start(&sv, &err) < 0)
+        goto setup_failed;
+    run_job(&sv);
+    if (sv.fork_mode)
+        xmp_group_end_zygote(&sv, !group_failed(&sv) && sv.report.interrupt_signal == 0 &&
+                                      !sv.report.timed_out && !sv.report.zygote_failed);
+    goto done;
+
+setup_failed:
+    prelude_join(&prelude);
+    snprintf(sv.report.setup_error, sizeof(sv.report.setup_error), "%s", err.msg);
+    *setup_err = err;
+    sv.report.n_workers = 0;
+done:
+    xmp_now_real(&sv.report.ended_at);
+    sv.report.ended_mono_ns = xmp_now_ns();
+    fill_job_info(&sv);
+    xmp_report_finish(&sv.report);
+    path = report_path(&sv, buf, sizeof(buf));
+    /* Nothing below changes the report: it is written now, and its fsyncs wait for the disk
+     * while the cgroups and the scratch directory are removed. */
+    report_started =
+        !report_refused && xmp_report_write_start(&sv.report, path, &commit, &err) == 0;
+    report_lost = !report_refused && !report_started;
+    /* Before the cgroups: what the workers left is killed already (xmp_group_run), and the
+     * remover may still be removing their cgroups, which destroy waits for. */
+    remove_run_dir(&sv);
+    destroy_cgroups(&sv);
+    /* Leave the cgroup as it was found: out of the xmprun-self leaf (cgroup v2), which is
+     * removed, so that it neither piles up nor blocks the next process that joins the parent. */
+    {
+        struct xmp_error e = {0};
+        if (xmp_cgroup_leave_self_leaf(&e) < 0 && !xmp_quiet(&sv))
+            fprintf(stderr, "xmprun: warning: %s\n", e.msg);
+    }
+    /* Destroying the cgroups killed what was left; those were xmprun's children (it is their
+     * subreaper), so reap them rather than leave zombies. */
+    xmp_group_kill_orphans(0);
+    if (sv.state_written)
+        xmp_state_remove(sv.state_dir, sv.plan.cgroup_name);
+
+    if (report_started && xmp_file_write_atomic_finish(&commit, &err) < 0)
+        report_lost = true;
+    restore_signals(&sv);
+    /* A job that succeeded but whose report is lost is not a success (SPEC.md section 5). */
+    if (report_lost && sv.report.exit_code == 0)
+        sv.report.exit_code = 125;
+    finish_consoles(&sv, report_lost ? err.msg : NULL);
+    status = sv.report.exit_code;
+    cleanup(&sv);
+    return status;
+}
+
+int
+xmp_job_gc(const struct xmp_run_options *opts, struct xmp_error *err)
+{
+    char buf[512];
+
+    return xmp_state_gc(xmp_state_dir(opts->environ, buf, sizeof(buf)), err);
+}
