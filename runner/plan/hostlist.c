@@ -1,7 +1,9 @@
 /* Slurm hostlist expansion ("gpu[01-04,07],login1", "rack[1-2]-n[01-02]"), for the master
  * address and the TPU host list of a multi-node job. */
 #define _GNU_SOURCE
-#include "runner/plan/plan.h"
+#include "runner/plan/hostlist.h"
+
+#include "runner/util/strv.h"
 
 #include "isolate/cleanup.h"
 

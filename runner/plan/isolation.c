@@ -6,6 +6,7 @@
 
 #include "isolate/cleanup.h"
 #include "runner/plan/plan.h"
+#include "runner/util/strv.h"
 
 #include <errno.h>
 #include <grp.h>

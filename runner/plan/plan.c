@@ -4,9 +4,11 @@
  * in plan_env.c. */
 #define _GNU_SOURCE
 #include "runner/plan/plan.h"
+#include "runner/spec/spec_validate.h"
 
 #include "isolate/cleanup.h"
 #include "runner/plan/plan_internal.h"
+#include "runner/util/strv.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -454,41 +456,6 @@ strv_dup(char *const *v)
         }
     }
     return out;
-}
-
-void
-xmp_strv_free(char **v)
-{
-    if (v == NULL)
-        return;
-    for (char **p = v; *p != NULL; p++)
-        free(*p);
-    free(v);
-}
-
-char **
-xmp_strv_setenv(char **env, const char *name, const char *value)
-{
-    size_t n = 0, len = strlen(name);
-    char *entry = NULL, **grown;
-
-    if (env == NULL || asprintf(&entry, "%s=%s", name, value) < 0)
-        return env;
-    for (; env[n] != NULL; n++) {
-        if (strncmp(env[n], name, len) == 0 && env[n][len] == '=') {
-            free(env[n]);
-            env[n] = entry;
-            return env;
-        }
-    }
-    grown = realloc(env, (n + 2) * sizeof(char *));
-    if (grown == NULL) {
-        free(entry);
-        return env;
-    }
-    grown[n] = entry;
-    grown[n + 1] = NULL;
-    return grown;
 }
 
 static int

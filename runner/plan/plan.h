@@ -60,16 +60,5 @@ json_t *xmp_plan_to_json(const struct xmp_plan *plan, const struct xmp_host *hos
  * the worker's variables laid over it. NULL-terminated, malloc'd; free with xmp_strv_free. */
 char **xmp_plan_worker_environ(const struct xmp_plan *plan, const struct xmp_plan_worker *w,
                                char *const *envp);
-void xmp_strv_free(char **v);
-/* Sets NAME=value in env (malloc'd, NULL-terminated, as above), replacing an entry of that name.
- * Returns env or its grown copy; on failure env stays as it was. */
-char **xmp_strv_setenv(char **env, const char *name, const char *value);
-
-/* Expands a Slurm hostlist ("gpu[01-04,07],login1") into a NULL-terminated vector. */
-int xmp_hostlist_expand(const char *text, char ***out, struct xmp_error *err);
-
-/* Node index's count in a Slurm per-node count list ("2(x3),1"), or -1 when the text is not one
- * or has no such node; *max gets the largest count, *uniform whether all nodes have the same. */
-long xmp_slurm_count_at(const char *text, size_t index, long *max, bool *uniform);
 
 #endif

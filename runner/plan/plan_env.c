@@ -5,7 +5,9 @@
 #include "runner/plan/plan.h"
 
 #include "isolate/cleanup.h"
+#include "runner/plan/hostlist.h"
 #include "runner/plan/plan_internal.h"
+#include "runner/util/strv.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -3,7 +3,9 @@
 #define _GNU_SOURCE
 #include "runner/plan/plan.h"
 
+#include "runner/plan/hostlist.h"
 #include "runner/plan/plan_internal.h"
+#include "runner/util/strv.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -5,11 +5,13 @@
 #define _GNU_SOURCE
 #endif
 #include "runner/run/group.h"
+#include "runner/run/zygote.h"
 
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
 #include "runner/run/spawn.h"
 #include "runner/run/state.h"
+#include "runner/util/strv.h"
 
 #include <errno.h>
 #include <fcntl.h>

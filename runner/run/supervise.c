@@ -12,6 +12,8 @@
 #include "runner/run/group.h"
 #include "runner/run/spawn.h"
 #include "runner/run/state.h"
+#include "runner/run/zygote.h"
+#include "runner/util/strv.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,13 +3,7 @@
 #ifndef XMP_SUPERVISE_H
 #define XMP_SUPERVISE_H
 
-#include "runner/spec/spec.h"
-
-struct xmp_run_options {
-    int verbosity;        /* -1 with -q, 0 default, 1 with -v */
-    const char *report;   /* --report PATH, or NULL for the spec's / the default */
-    char *const *environ; /* xmprun's environment */
-};
+#include "runner/run/supervisor.h"
 
 /* Runs the job end to end and returns xmprun's exit status (SPEC.md section 5): 0, the root
  * cause's exit code, 128+n, 124, 130/143, or 125 when the job could not be set up, in which case

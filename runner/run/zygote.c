@@ -5,10 +5,11 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "runner/run/group.h"
+#include "runner/run/zygote.h"
 
 #include "isolate/cleanup.h"
 #include "runner/run/zygote_msg.h"
+#include "runner/util/strv.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* Quantity parsers for the job spec: memory sizes, CPU amounts and durations (SPEC.md section 1),
  * shared by the YAML validator and --set. They take plain text and report problems in words that
  * name the text, so that spec.c only has to prefix the key path and position. */
-#include "runner/spec/spec.h"
+#include "runner/spec/quantity.h"
 
 #include <stdarg.h>
 #include <stdbool.h>

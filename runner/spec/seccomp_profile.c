@@ -4,7 +4,7 @@
  *    syscalls: [{names: [..], action: allow|errno|kill|log, errno: EPERM}]}
  * Names are resolved here; isolate/seccomp.c gets plain numbers. */
 #define _GNU_SOURCE /* strerrorname_np */
-#include "runner/spec/spec_check.h"
+#include "runner/spec/seccomp_profile.h"
 
 #include "isolate/cleanup.h"
 

@@ -5,7 +5,7 @@
 #include "runner/spec/spec.h"
 
 #include "isolate/cleanup.h"
-#include "runner/spec/spec_check.h"
+#include "runner/spec/spec_validate.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,10 +15,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* Specs are a few hundred bytes; the cap keeps a wrong path (a dataset, /dev/zero) from being
- * read into memory. Users see it in the "too large" error. */
-#define XMP_SPEC_MAX_BYTES (16u << 20)
 
 static struct xmp_node *
 find_value(const struct xmp_node *map, const char *key, size_t *index)
@@ -92,7 +88,8 @@ apply_set(struct xmp_tree *t, struct xmp_diag_sink *ds, struct xmp_node *root, c
             return;
         }
         if (!any_keys && (def = xmp_find_key(keys, n_keys, key + start, &idx)) == NULL) {
-            xmp_unknown_key(ds, "--set", line, col, path, key + start, keys, n_keys);
+            xmp_unknown_key(ds, "--set", line, col, path, key + start, keys, n_keys, xmp_spec_keys,
+                            xmp_spec_n_keys);
             return;
         }
         if (last) {
@@ -173,55 +170,6 @@ build_specless(struct xmp_tree *t, const struct xmp_spec_source *src)
     return root;
 }
 
-char *
-xmp_spec_read_file(struct xmp_diag_sink *ds, const char *path, const char *what, size_t *len)
-{
-    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
-    cleanup_free char *buf = NULL;
-    size_t size = 0, cap = 0;
-    struct stat st;
-
-    if (fd < 0 || fstat(fd, &st) < 0) {
-        xmp_sink_add(ds, path, 0, 0, "cannot read the %s: %s", what, strerror(errno));
-        return NULL;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        xmp_sink_add(ds, path, 0, 0, "cannot read the %s: it is a directory", what);
-        return NULL;
-    }
-    for (;;) {
-        ssize_t n;
-        if (size == cap) {
-            cap = cap ? cap * 2 : 65536;
-            if (cap > XMP_SPEC_MAX_BYTES + 1)
-                cap = XMP_SPEC_MAX_BYTES + 1;
-            buf = realloc(buf, cap + 1);
-            if (buf == NULL)
-                abort();
-        }
-        if (size >= XMP_SPEC_MAX_BYTES + 1)
-            break;
-        n = read(fd, buf + size, cap - size);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            xmp_sink_add(ds, path, 0, 0, "cannot read the %s: %s", what, strerror(errno));
-            return NULL;
-        }
-        if (n == 0)
-            break;
-        size += (size_t)n;
-    }
-    if (size > XMP_SPEC_MAX_BYTES) {
-        xmp_sink_add(ds, path, 0, 0, "the %s is too large (more than %u MiB)", what,
-                     XMP_SPEC_MAX_BYTES >> 20);
-        return NULL;
-    }
-    buf[size] = '\0';
-    *len = size;
-    return steal_pointer(&buf);
-}
-
 /* Reads and parses the spec file into a tree whose root is a mapping, or reports why not. */
 static struct xmp_node *
 load_file(struct xmp_tree *t, struct xmp_diag_sink *ds, const struct xmp_spec_source *src,
@@ -270,7 +218,7 @@ xmp_spec_load(const struct xmp_spec_source *src, struct xmp_spec *out, struct xm
 {
     struct xmp_tree t = {0};
     struct xmp_diag_sink ds = {0};
-    struct xmp_check c = {&ds};
+    struct xmp_check c = {&ds, false, xmp_spec_keys, xmp_spec_n_keys};
     const char *file = src->argv != NULL ? "<command line>" : src->path ? src->path : "<input>";
     struct xmp_node *root;
     bool file_ok;

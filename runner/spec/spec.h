@@ -3,118 +3,11 @@
 #ifndef XMP_SPEC_H
 #define XMP_SPEC_H
 
-#include "isolate/seccomp.h"
-#include "runner/plan/host.h"
+#include "runner/spec/diag.h"
+#include "runner/spec/quantity.h"
+#include "runner/spec/spec_types.h"
 
-#include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
-
-#define XMP_SPEC_MAX_ERRORS 20
-
-/* One diagnostic: "file:line:col: message". line/col are 1-based; 0 when there is no position
- * (e.g. an unreadable file). For --set overrides, file is "--set" and col points into the
- * KEY=VALUE text. */
-struct xmp_diag {
-    char file[256];
-    int line;
-    int col;
-    char msg[512];
-};
-
-struct xmp_diags {
-    struct xmp_diag items[XMP_SPEC_MAX_ERRORS];
-    size_t count;   /* stored items */
-    size_t dropped; /* errors beyond XMP_SPEC_MAX_ERRORS */
-};
-
-enum xmp_cpuset_mode { XMP_CPUSET_AUTO = 0, XMP_CPUSET_NONE, XMP_CPUSET_LIST };
-enum xmp_start_mode { XMP_START_EXEC = 0, XMP_START_FORK };
-enum xmp_cgroups_policy { XMP_CGROUPS_REQUIRED = 0, XMP_CGROUPS_OPTIONAL, XMP_CGROUPS_OFF };
-enum xmp_seccomp_mode {
-    XMP_SECCOMP_DEFAULT = 0,
-    XMP_SECCOMP_STRICT,
-    XMP_SECCOMP_OFF,
-    XMP_SECCOMP_PROFILE
-};
-enum xmp_failure_action { XMP_FAILURE_KILL_ALL = 0, XMP_FAILURE_CONTINUE };
-enum xmp_console_mode {
-    XMP_CONSOLE_PREFIX = 0,
-    XMP_CONSOLE_RAW,
-    XMP_CONSOLE_RANK0,
-    XMP_CONSOLE_NONE
-};
-
-struct xmp_env_var {
-    char *name;
-    char *value;
-};
-
-/* resources.worker.rlimits, in this order. */
-enum xmp_rlimit_kind {
-    XMP_RLIMIT_NOFILE = 0,
-    XMP_RLIMIT_MEMLOCK,
-    XMP_RLIMIT_CORE,
-    XMP_RLIMIT_STACK,
-    XMP_RLIMIT_NPROC,
-    XMP_RLIMIT_N
-};
-extern const char *const xmp_rlimit_names[XMP_RLIMIT_N];
-
-/* Unset integer quantities are -1 throughout. */
-struct xmp_worker_resources {
-    int64_t memory;      /* bytes */
-    int64_t memory_high; /* bytes */
-    int64_t swap;        /* bytes */
-    int64_t cpus_milli;  /* CPU quota in thousandths of a CPU: 4 -> 4000, "500m" -> 500 */
-    enum xmp_cpuset_mode cpuset_mode;
-    char *cpuset; /* XMP_CPUSET_LIST: the list as written, validated */
-    int64_t pids;
-    bool rlimit_set[XMP_RLIMIT_N]; /* unset ones are inherited */
-    uint64_t rlimit[XMP_RLIMIT_N]; /* soft = hard; RLIM_INFINITY for unlimited */
-};
-
-struct xmp_spec {
-    char file[256]; /* the spec's path as given, or "<command line>" for -n N -- CMD */
-    int version;
-    char *name;
-    char **command; /* NULL-terminated argv; a string command becomes {"/bin/sh", "-c", s} */
-    size_t command_len;
-    bool command_shell; /* command was one string */
-    char *workdir;      /* absolute, resolved against xmprun's cwd */
-    struct xmp_env_var *env;
-    size_t env_len;
-    bool inherit_env;
-    long workers; /* 0 = auto */
-    enum xmp_device_kind device_kind;
-    char **device_ids; /* NULL-terminated; NULL = all */
-    size_t device_ids_len;
-    long per_worker;
-    struct xmp_worker_resources worker;
-    int64_t job_memory;    /* bytes, -1 unset */
-    int64_t shared_memory; /* bytes, -1 unset */
-    enum xmp_start_mode start;
-    enum xmp_cgroups_policy cgroups;
-    enum xmp_seccomp_mode seccomp;
-    char *seccomp_profile;                 /* XMP_SECCOMP_PROFILE: path, resolved against workdir */
-    struct xmp_scmp_profile seccomp_rules; /* XMP_SECCOMP_PROFILE: the file, validated */
-    bool no_new_privs;
-    bool devices; /* isolation.devices: each worker may open only its own device nodes */
-    char *user;   /* isolation.user: NULL = xmprun's own */
-    enum xmp_failure_action on_failure;
-    int64_t grace_ms;
-    long restarts;
-    int64_t timeout_ms; /* 0 = none */
-    enum xmp_console_mode console;
-    char *log_dir; /* NULL = none */
-    long log_tail;
-    char *report;      /* NULL = "<name>.report.json" in the current directory */
-    long nnodes;       /* -1 = auto */
-    long node_rank;    /* -1 = auto */
-    char *master_addr; /* NULL = auto */
-    long master_port;
-    char *run_id; /* NULL = auto (the Slurm job id, else the job name) */
-};
 
 /* Where a spec comes from. Exactly one of path and argv is set: path for `xmprun JOB.yaml`,
  * argv (with workers) for `xmprun -n N -- CMD ARGS`. sets are KEY=VALUE overrides from --set,
@@ -135,19 +28,5 @@ struct xmp_spec_source {
  * diagnostic (up to XMP_SPEC_MAX_ERRORS) in *diags and leaves *out empty. */
 int xmp_spec_load(const struct xmp_spec_source *src, struct xmp_spec *out, struct xmp_diags *diags);
 void xmp_spec_free(struct xmp_spec *spec);
-
-/* True for the variables xmprun sets per worker (RANK, WORLD_SIZE, MASTER_ADDR, ...), which a
- * spec's env may not set. */
-bool xmp_spec_env_reserved(const char *name);
-
-/* Memory ("8Gi", "512M", "1073741824"), CPU ("4", "0.5", "500m") and duration ("90s", "1h30m",
- * "250ms") quantities. Return 0, or -1 with a message (no position) in msg. */
-int xmp_parse_memory(const char *text, int64_t *bytes, char *msg, size_t msg_size);
-int xmp_parse_cpus(const char *text, int64_t *milli, char *msg, size_t msg_size);
-int xmp_parse_duration(const char *text, int64_t *ms, char *msg, size_t msg_size);
-/* The longest duration: a timeout or grace is added to a CLOCK_MONOTONIC time in nanoseconds,
- * which a value near INT64_MAX milliseconds overflows (a deadline in the past, a skipped grace);
- * a year is beyond any job and far from that edge. */
-#define XMP_DURATION_MAX_MS (INT64_C(8760) * 3600 * 1000)
 
 #endif

@@ -3,6 +3,8 @@
  * the mappings and calls these; each reports its own problem and returns false. */
 #include "runner/spec/spec_check.h"
 
+#include "runner/spec/quantity.h"
+
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -367,4 +369,122 @@ bad:
                     "\"%s\" is not a CPU list (expected auto, none or a list like \"0-7,16\")",
                     clipped);
     return false;
+}
+
+/* ---- mappings and their keys ---- */
+
+/* The most keys a "did you mean" hint looks among (the spec's top level has 16). */
+#define MAX_HINT_KEYS 16
+
+void
+xmp_join_path(char *buf, size_t size, const char *prefix, const char *key)
+{
+    char clipped[80];
+
+    xmp_clip(key, clipped, sizeof(clipped));
+    /* An empty key (YAML allows "": x) would vanish from the path. */
+    snprintf(buf, size, "%s%s%s", prefix, prefix[0] ? "." : "", clipped[0] ? clipped : "\"\"");
+}
+
+const struct xmp_keydef *
+xmp_find_key(const struct xmp_keydef *keys, size_t n, const char *name, size_t *index)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(keys[i].name, name) == 0) {
+            *index = i;
+            return &keys[i];
+        }
+    }
+    return NULL;
+}
+
+/* The full path of the first key named word anywhere in the spec ("memory" ->
+ * "resources.worker.memory"), for a key written at the wrong level. */
+static bool
+find_elsewhere(const struct xmp_keydef *keys, size_t n, const char *word, const char *prefix,
+               char *out, size_t size)
+{
+    char path[128];
+
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", keys[i].name);
+        if (strcmp(keys[i].name, word) == 0) {
+            snprintf(out, size, "%s", path);
+            return true;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", keys[i].name);
+        if (keys[i].sub != NULL &&
+            find_elsewhere(keys[i].sub, keys[i].n_sub, word, path, out, size))
+            return true;
+    }
+    return false;
+}
+
+void
+xmp_unknown_key(struct xmp_diag_sink *ds, const char *file, int line, int col, const char *path,
+                const char *word, const struct xmp_keydef *keys, size_t n,
+                const struct xmp_keydef *root, size_t n_root)
+{
+    const char *names[MAX_HINT_KEYS];
+    const char *hint;
+    char where[128];
+
+    for (size_t i = 0; i < n && i < MAX_HINT_KEYS; i++)
+        names[i] = keys[i].name;
+    hint = xmp_suggest(word, names, n < MAX_HINT_KEYS ? n : MAX_HINT_KEYS);
+    if (hint != NULL)
+        xmp_sink_add(ds, file, line, col, "%s: unknown key (did you mean \"%s\"?)", path, hint);
+    else if (find_elsewhere(root, n_root, word, "", where, sizeof(where)))
+        xmp_sink_add(ds, file, line, col, "%s: unknown key here (did you mean \"%s\"?)", path,
+                     where);
+    else
+        xmp_sink_add(ds, file, line, col, "%s: unknown key", path);
+}
+
+static void
+unknown_key(struct xmp_check *c, const struct xmp_node *key, const char *kpath,
+            const struct xmp_keydef *keys, size_t n)
+{
+    const char *names[MAX_HINT_KEYS];
+    const char *hint;
+
+    if (!c->profile) {
+        xmp_unknown_key(c->ds, key->file, key->line, key->col, kpath, key->text, keys, n,
+                        c->spec_keys, c->n_spec_keys);
+        return;
+    }
+    /* A profile's keys are few; a hint from the job spec's keys would mislead. */
+    for (size_t i = 0; i < n && i < MAX_HINT_KEYS; i++)
+        names[i] = keys[i].name;
+    hint = xmp_suggest(key->text, names, n < MAX_HINT_KEYS ? n : MAX_HINT_KEYS);
+    if (hint != NULL)
+        xmp_check_error(c, key, kpath, "unknown key (did you mean \"%s\"?)", hint);
+    else
+        xmp_check_error(c, key, kpath, "unknown key");
+}
+
+bool
+xmp_check_map(struct xmp_check *c, const struct xmp_node *node, const char *path,
+              const struct xmp_keydef *keys, size_t n, const struct xmp_node **vals)
+{
+    char got[128], kpath[256];
+
+    memset(vals, 0, n * sizeof(*vals));
+    if (node->kind != XMP_NODE_MAP) {
+        xmp_describe(node, got, sizeof(got));
+        xmp_check_error(c, node, path, "expected a mapping, got %s", got);
+        return false;
+    }
+    for (size_t i = 0; i < node->n_pairs; i++) {
+        const struct xmp_node *key = node->pairs[i].key;
+        size_t idx;
+        xmp_join_path(kpath, sizeof(kpath), path, key->text);
+        if (xmp_find_key(keys, n, key->text, &idx) == NULL)
+            unknown_key(c, key, kpath, keys, n);
+        else if (vals[idx] == NULL)
+            vals[idx] = node->pairs[i].value;
+    }
+    return true;
 }

@@ -11,9 +11,13 @@
 /* cpu_set_t holds CPU_SETSIZE (1024) CPUs; a larger CPU number could not be applied. */
 #define XMP_MAX_CPUS 1024
 
+struct xmp_keydef;
 struct xmp_check {
     struct xmp_diag_sink *ds;
     bool profile; /* checking a seccomp profile: no hints from the spec's keys */
+    /* All the spec's keys, for "did you mean" hints at another level (xmp_spec_keys). */
+    const struct xmp_keydef *spec_keys;
+    size_t n_spec_keys;
 };
 
 /* The keys the spec knows, as a tree: validation reports unknown keys with it, and --set
@@ -25,31 +29,20 @@ struct xmp_keydef {
     bool any_keys; /* env: a mapping of free-form names */
 };
 
-extern const struct xmp_keydef xmp_spec_keys[];
-extern const size_t xmp_spec_n_keys;
-
 const struct xmp_keydef *xmp_find_key(const struct xmp_keydef *keys, size_t n, const char *name,
                                       size_t *index);
-/* "PATH: unknown key", with a "did you mean" hint among keys when one is close. */
+/* "PATH: unknown key", with a "did you mean" hint among keys when one is close, else the path
+ * of a key of that name elsewhere in root (the spec's keys). */
 void xmp_unknown_key(struct xmp_diag_sink *ds, const char *file, int line, int col,
-                     const char *path, const char *word, const struct xmp_keydef *keys, size_t n);
+                     const char *path, const char *word, const struct xmp_keydef *keys, size_t n,
+                     const struct xmp_keydef *root, size_t n_root);
 /* buf = prefix.key (or key at the top), with key clipped for a message. */
 void xmp_join_path(char *buf, size_t size, const char *prefix, const char *key);
-
-/* Validates a spec tree whose root is a mapping into *s (defaults first); relative paths are
- * resolved against cwd. */
-void xmp_spec_validate(struct xmp_check *c, const struct xmp_node *root, const char *cwd,
-                       struct xmp_spec *s);
 
 /* Checks that node is a mapping of known keys and fills vals[i] with the value of keys[i]
  * (NULL when absent). Returns false when node is not a mapping. */
 bool xmp_check_map(struct xmp_check *c, const struct xmp_node *node, const char *path,
                    const struct xmp_keydef *keys, size_t n, const struct xmp_node **vals);
-
-/* Reads and validates the seccomp profile file at path (named by the spec's node at) into *out;
- * its problems are reported at their own file:line:col. */
-void xmp_seccomp_profile_check(struct xmp_check *c, const struct xmp_node *at, const char *path,
-                               struct xmp_scmp_profile *out);
 
 void xmp_check_error(struct xmp_check *c, const struct xmp_node *n, const char *path,
                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));

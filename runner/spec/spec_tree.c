@@ -3,11 +3,17 @@
  * into file:line:col diagnostics. Also the diagnostic collector shared by the spec parser. */
 #include "runner/spec/spec_tree.h"
 
+#include "isolate/cleanup.h"
+
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 static void *
@@ -794,4 +800,53 @@ xmp_tree_parse(struct xmp_tree *t, struct xmp_diag_sink *ds, const char *file, c
         return -1;
     *root = b.root;
     return 0;
+}
+
+char *
+xmp_spec_read_file(struct xmp_diag_sink *ds, const char *path, const char *what, size_t *len)
+{
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    cleanup_free char *buf = NULL;
+    size_t size = 0, cap = 0;
+    struct stat st;
+
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        xmp_sink_add(ds, path, 0, 0, "cannot read the %s: %s", what, strerror(errno));
+        return NULL;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        xmp_sink_add(ds, path, 0, 0, "cannot read the %s: it is a directory", what);
+        return NULL;
+    }
+    for (;;) {
+        ssize_t n;
+        if (size == cap) {
+            cap = cap ? cap * 2 : 65536;
+            if (cap > XMP_SPEC_MAX_BYTES + 1)
+                cap = XMP_SPEC_MAX_BYTES + 1;
+            buf = realloc(buf, cap + 1);
+            if (buf == NULL)
+                abort();
+        }
+        if (size >= XMP_SPEC_MAX_BYTES + 1)
+            break;
+        n = read(fd, buf + size, cap - size);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            xmp_sink_add(ds, path, 0, 0, "cannot read the %s: %s", what, strerror(errno));
+            return NULL;
+        }
+        if (n == 0)
+            break;
+        size += (size_t)n;
+    }
+    if (size > XMP_SPEC_MAX_BYTES) {
+        xmp_sink_add(ds, path, 0, 0, "the %s is too large (more than %u MiB)", what,
+                     XMP_SPEC_MAX_BYTES >> 20);
+        return NULL;
+    }
+    buf[size] = '\0';
+    *len = size;
+    return steal_pointer(&buf);
 }

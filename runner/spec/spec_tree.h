@@ -3,7 +3,7 @@
 #ifndef XMP_SPEC_TREE_H
 #define XMP_SPEC_TREE_H
 
-#include "runner/spec/spec.h"
+#include "runner/spec/diag.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -96,6 +96,9 @@ int xmp_tree_parse(struct xmp_tree *t, struct xmp_diag_sink *ds, const char *fil
                    size_t len, int fixed_line, int col_base, const char *key,
                    struct xmp_node **root);
 
+/* Specs are a few hundred bytes; the cap keeps a wrong path (a dataset, /dev/zero) from being
+ * read into memory. Users see it in the "too large" error. */
+#define XMP_SPEC_MAX_BYTES (16u << 20)
 /* Reads a whole file (at most 16 MiB) for parsing; what ("spec") names it in the diagnostic
  * added to ds when it cannot be read. NULL then. */
 char *xmp_spec_read_file(struct xmp_diag_sink *ds, const char *path, const char *what, size_t *len);

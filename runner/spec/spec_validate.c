@@ -2,7 +2,9 @@
  * checks of each field, cross-field rules and defaults (SPEC.md section 1). Every problem is
  * reported with its position; validation goes on after an error to find the others. */
 #define _GNU_SOURCE /* asprintf */
-#include "runner/spec/spec_check.h"
+#include "runner/spec/spec_validate.h"
+
+#include "runner/spec/seccomp_profile.h"
 
 #include "isolate/cleanup.h"
 
@@ -139,117 +141,6 @@ static const char *const action_names[] = {"kill-all", "continue"};
 static const char *const console_names[] = {"prefix", "raw", "rank0", "none"};
 
 #define COUNT(a) (sizeof(a) / sizeof(a[0]))
-
-void
-xmp_join_path(char *buf, size_t size, const char *prefix, const char *key)
-{
-    char clipped[80];
-
-    xmp_clip(key, clipped, sizeof(clipped));
-    /* An empty key (YAML allows "": x) would vanish from the path. */
-    snprintf(buf, size, "%s%s%s", prefix, prefix[0] ? "." : "", clipped[0] ? clipped : "\"\"");
-}
-
-const struct xmp_keydef *
-xmp_find_key(const struct xmp_keydef *keys, size_t n, const char *name, size_t *index)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (strcmp(keys[i].name, name) == 0) {
-            *index = i;
-            return &keys[i];
-        }
-    }
-    return NULL;
-}
-
-/* The full path of the first key named word anywhere in the spec ("memory" ->
- * "resources.worker.memory"), for a key written at the wrong level. */
-static bool
-find_elsewhere(const struct xmp_keydef *keys, size_t n, const char *word, const char *prefix,
-               char *out, size_t size)
-{
-    char path[128];
-
-    for (size_t i = 0; i < n; i++) {
-        snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", keys[i].name);
-        if (strcmp(keys[i].name, word) == 0) {
-            snprintf(out, size, "%s", path);
-            return true;
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", keys[i].name);
-        if (keys[i].sub != NULL &&
-            find_elsewhere(keys[i].sub, keys[i].n_sub, word, path, out, size))
-            return true;
-    }
-    return false;
-}
-
-void
-xmp_unknown_key(struct xmp_diag_sink *ds, const char *file, int line, int col, const char *path,
-                const char *word, const struct xmp_keydef *keys, size_t n)
-{
-    const char *names[T_N];
-    const char *hint;
-    char where[128];
-
-    for (size_t i = 0; i < n && i < T_N; i++)
-        names[i] = keys[i].name;
-    hint = xmp_suggest(word, names, n < T_N ? n : T_N);
-    if (hint != NULL)
-        xmp_sink_add(ds, file, line, col, "%s: unknown key (did you mean \"%s\"?)", path, hint);
-    else if (find_elsewhere(xmp_spec_keys, T_N, word, "", where, sizeof(where)))
-        xmp_sink_add(ds, file, line, col, "%s: unknown key here (did you mean \"%s\"?)", path,
-                     where);
-    else
-        xmp_sink_add(ds, file, line, col, "%s: unknown key", path);
-}
-
-static void
-unknown_key(struct xmp_check *c, const struct xmp_node *key, const char *kpath,
-            const struct xmp_keydef *keys, size_t n)
-{
-    const char *names[T_N];
-    const char *hint;
-
-    if (!c->profile) {
-        xmp_unknown_key(c->ds, key->file, key->line, key->col, kpath, key->text, keys, n);
-        return;
-    }
-    /* A profile's keys are few; a hint from the job spec's keys would mislead. */
-    for (size_t i = 0; i < n && i < T_N; i++)
-        names[i] = keys[i].name;
-    hint = xmp_suggest(key->text, names, n < T_N ? n : T_N);
-    if (hint != NULL)
-        xmp_check_error(c, key, kpath, "unknown key (did you mean \"%s\"?)", hint);
-    else
-        xmp_check_error(c, key, kpath, "unknown key");
-}
-
-bool
-xmp_check_map(struct xmp_check *c, const struct xmp_node *node, const char *path,
-              const struct xmp_keydef *keys, size_t n, const struct xmp_node **vals)
-{
-    char got[128], kpath[256];
-
-    memset(vals, 0, n * sizeof(*vals));
-    if (node->kind != XMP_NODE_MAP) {
-        xmp_describe(node, got, sizeof(got));
-        xmp_check_error(c, node, path, "expected a mapping, got %s", got);
-        return false;
-    }
-    for (size_t i = 0; i < node->n_pairs; i++) {
-        const struct xmp_node *key = node->pairs[i].key;
-        size_t idx;
-        xmp_join_path(kpath, sizeof(kpath), path, key->text);
-        if (xmp_find_key(keys, n, key->text, &idx) == NULL)
-            unknown_key(c, key, kpath, keys, n);
-        else if (vals[idx] == NULL)
-            vals[idx] = node->pairs[i].value;
-    }
-    return true;
-}
 
 static bool
 valid_name(const char *s)

@@ -2,6 +2,9 @@
  * variables under Slurm and Kubernetes, OMP_NUM_THREADS, the spec's env, the full environ, and
  * Slurm hostlists. */
 #define _GNU_SOURCE
+#include "runner/plan/hostlist.h"
+#include "runner/spec/spec_validate.h"
+#include "runner/util/strv.h"
 #include "unit/plan_helpers.h"
 
 TestSuite(plan_env, .fini = fini);
