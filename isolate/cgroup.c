@@ -1,6 +1,6 @@
 /* cgroups, the common part: mode detection, the layout of the hierarchies xmprun uses, and the
  * public entry points, which dispatch to the unified or the v1 backend through an ops table chosen
- * once from the mode (cgroup_v2.c, cgroup_v1.c); attach, destroy and gc. */
+ * once from the mode (cgroup_v2.c, cgroup_v1.c); attach and destroy (gc: cgroup_gc.c). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* cpu_set_t macros */
 #endif
@@ -26,317 +26,20 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CGROUP_ROOT "/sys/fs/cgroup"
-
-/* ---- layout ---- */
-
-int
-xmp_cgroup_detect(enum xmp_cgroup_mode *mode, struct xmp_error *err)
-{
-    struct statfs sf;
-    bool missing = false;
-
-    /* `ip netns exec` mounts a fresh /sys for the namespace, where /sys/fs/cgroup is an empty
-     * sysfs directory; a container may have no /sys/fs/cgroup at all. */
-    if (statfs(CGROUP_ROOT, &sf) < 0) {
-        if (errno != ENOENT)
-            return xmp_error_set(err, errno, "statfs `%s`", CGROUP_ROOT);
-        missing = true;
-    }
-    if (missing || sf.f_type == SYSFS_MAGIC)
-        return xmp_error_set(err, 0,
-                             "no cgroup filesystem is mounted at `%s` (`ip netns exec` mounts a "
-                             "fresh /sys without one); use `nsenter --net=/run/netns/NAME`, which "
-                             "keeps the host's mounts",
-                             CGROUP_ROOT);
-    if (sf.f_type != CGROUP2_SUPER_MAGIC && sf.f_type != TMPFS_MAGIC)
-        return xmp_error_set(err, ENODEV, "`%s` is neither cgroup2 nor a tmpfs of v1 hierarchies",
-                             CGROUP_ROOT);
-    if (sf.f_type == CGROUP2_SUPER_MAGIC) {
-        *mode = XMP_CGROUP_MODE_UNIFIED;
-        return 0;
-    }
-    if (statfs(CGROUP_ROOT "/unified", &sf) == 0 && sf.f_type == CGROUP2_SUPER_MAGIC)
-        *mode = XMP_CGROUP_MODE_HYBRID;
-    else
-        *mode = XMP_CGROUP_MODE_LEGACY;
-    return 0;
-}
-
-static char *
-slurp(const char *path, struct xmp_error *err)
-{
-    cleanup_fclose FILE *f = fopen(path, "re");
-    char *buf = NULL;
-    size_t cap = 0, len = 0;
-
-    if (f == NULL) {
-        xmp_error_set(err, errno, "open `%s`", path);
-        return NULL;
-    }
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            char *nb = realloc(buf, cap = cap ? cap * 2 : 16384);
-            if (nb == NULL) {
-                free(buf);
-                xmp_error_set(err, ENOMEM, "read `%s`", path);
-                return NULL;
-            }
-            buf = nb;
-        }
-        size_t n = fread(buf + len, 1, cap - len - 1, f);
-        len += n;
-        if (n == 0)
-            break;
-    }
-    buf[len] = '\0';
-    return buf;
-}
-
-static const struct {
-    unsigned bit;
-    const char *name;
-} v1_ctrls[] = {
-    {XMP_CG_MEMORY, "memory"},   {XMP_CG_CPU, "cpu"},   {XMP_CG_CPUACCT, "cpuacct"},
-    {XMP_CG_CPUSET, "cpuset"},   {XMP_CG_PIDS, "pids"}, {XMP_CG_FREEZER, "freezer"},
-    {XMP_CG_DEVICES, "devices"},
-};
-
-static int
-add_hier(struct xmp_cg_layout *l, const char *proc, const char *mountinfo, const char *ctrl,
-         unsigned bit, struct xmp_error *err)
-{
-    struct xmp_cg_hier *h = &l->h[l->n];
-    char path[XMP_CG_PATH];
-
-    int id = -1;
-
-    if (xmp_cgroup_parse_proc(proc, ctrl ? ctrl : "", path, sizeof(path), &id, err) < 0)
-        return -1;
-    /* The controller list of that line ("cpu,cpuacct"), the hierarchy's name in the report. */
-    for (const char *p = proc; ctrl != NULL && p != NULL && *p;
-         p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-        char *end = NULL;
-        if (strtol(p, &end, 10) == id && *end == ':') {
-            size_t len = strcspn(end + 1, ":\n");
-            snprintf(h->name, sizeof(h->name), "%.*s", (int)len, end + 1);
-            break;
-        }
-    }
-    if (xmp_cgroup_parse_mountinfo(mountinfo, ctrl, h->mount, sizeof(h->mount), h->root,
-                                   sizeof(h->root), err) < 0)
-        return -1;
-    xmp_cgroup_own_normalize(path);
-    snprintf(h->proc, sizeof(h->proc), "%s", path);
-    /* own is kept relative to the mount root, which is what libcgroup's names are relative to:
-     * in a cgroup namespace or a container's bind mount that is not the same as path. */
-    if (xmp_cgroup_join("", h->root, path, h->own, sizeof(h->own), NULL) < 0)
-        return xmp_error_set(err, ENOENT,
-                             "xmprun's cgroup %s is not below the root %s of the hierarchy "
-                             "mounted at %s: that mount shows another part of the tree (made in "
-                             "another cgroup namespace?); mount the hierarchy from this namespace",
-                             path, h->root, h->mount);
-    if (h->own[0] == '\0')
-        strcpy(h->own, "/");
-    h->v2 = ctrl == NULL;
-    h->ctrls = bit;
-    snprintf(h->lc_ctrl, sizeof(h->lc_ctrl), "%s", ctrl ? ctrl : "");
-    l->n++;
-    return 0;
-}
-
-/* Fills the layout for mode: one v1 hierarchy per distinct mount of the controllers xmprun uses
- * (cpu and cpuacct are often comounted), plus the cgroup2 one in hybrid and unified mode. */
-static int
-load_layout(enum xmp_cgroup_mode mode, struct xmp_cg_layout *l, struct xmp_error *err)
-{
-    cleanup_free char *proc = slurp("/proc/self/cgroup", err);
-    cleanup_free char *mountinfo = proc ? slurp("/proc/self/mountinfo", err) : NULL;
-
-    if (mountinfo == NULL)
-        return -1;
-    memset(l, 0, sizeof(*l));
-    l->mode = mode;
-    l->unified = -1;
-    l->dev_prog.fd = -1;
-    if (mode == XMP_CGROUP_MODE_LEGACY || mode == XMP_CGROUP_MODE_HYBRID) {
-        for (size_t i = 0; i < sizeof(v1_ctrls) / sizeof(v1_ctrls[0]); i++) {
-            char mnt[XMP_CG_PATH], root[XMP_CG_PATH];
-            bool merged = false;
-            struct xmp_error miss = {0};
-            if (xmp_cgroup_parse_mountinfo(mountinfo, v1_ctrls[i].name, mnt, sizeof(mnt), root,
-                                           sizeof(root), &miss) < 0) {
-                /* Not mounted: create says so when a limit needs it, and names a mount that
-                 * is there but hidden under another (see note_hidden). */
-                if (l->hidden[0] == '\0' && strstr(miss.msg, " is hidden by ") != NULL)
-                    snprintf(l->hidden, sizeof(l->hidden), "%s", miss.msg);
-                continue;
-            }
-            for (size_t j = 0; j < l->n; j++) {
-                if (strcmp(l->h[j].mount, mnt) == 0) {
-                    l->h[j].ctrls |= v1_ctrls[i].bit;
-                    merged = true;
-                }
-            }
-            if (!merged && add_hier(l, proc, mountinfo, v1_ctrls[i].name, v1_ctrls[i].bit, err) < 0)
-                return xmp_error_wrap(err, "%s hierarchy", v1_ctrls[i].name);
-        }
-        if (l->n == 0) {
-            /* A pure v2 machine's cgroup2 mount may be what a tmpfs hides. */
-            struct xmp_error miss = {0};
-            char mnt[XMP_CG_PATH], root[XMP_CG_PATH];
-            if (l->hidden[0] == '\0' &&
-                xmp_cgroup_parse_mountinfo(mountinfo, NULL, mnt, sizeof(mnt), root, sizeof(root),
-                                           &miss) < 0 &&
-                strstr(miss.msg, " is hidden by ") != NULL)
-                snprintf(l->hidden, sizeof(l->hidden), "%s", miss.msg);
-            return xmp_error_set(err, ENODEV, "no cgroup v1 controller is mounted%s%s",
-                                 l->hidden[0] ? "; " : "", l->hidden[0] ? l->hidden : "");
-        }
-    }
-    if (mode == XMP_CGROUP_MODE_HYBRID || mode == XMP_CGROUP_MODE_UNIFIED) {
-        l->unified = (int)l->n;
-        if (add_hier(l, proc, mountinfo, NULL, 0, err) < 0)
-            return xmp_error_wrap(err, "cgroup2 hierarchy");
-        /* libcgroup knows a v2 hierarchy by the controllers enabled at its root; in hybrid mode
-         * those are none of the ones xmprun needs, so the tracking tree is handled directly. */
-        if (mode == XMP_CGROUP_MODE_UNIFIED)
-            strcpy(l->h[l->unified].lc_ctrl, "memory");
-    }
-    return 0;
-}
-
-static bool
-page_is_zero(const void *page, size_t size)
-{
-    const uint64_t *w = page;
-    uint64_t any = 0;
-
-    for (size_t i = 0; i < size / sizeof(*w); i++)
-        any |= w[i];
-    return any == 0;
-}
-
-void
-xmp_cg_release_zero_pages(void *addr, size_t len)
-{
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t from = ((uintptr_t)addr + page - 1) & ~(page - 1);
-    uintptr_t to = ((uintptr_t)addr + len) & ~(page - 1);
-    unsigned char resident[64];
-
-    for (uintptr_t chunk = from; chunk < to; chunk += sizeof(resident) * page) {
-        size_t n = (to - chunk) / page;
-        uintptr_t run = 0; /* the first page of a run of zero pages */
-
-        if (n > sizeof(resident))
-            n = sizeof(resident);
-        if (mincore((void *)chunk, n * page, resident) < 0)
-            return;
-        for (size_t i = 0; i <= n; i++) {
-            uintptr_t p = chunk + i * page;
-            bool zero = i < n && (resident[i] & 1) && page_is_zero((const void *)p, page);
-            if (zero && run == 0)
-                run = p;
-            else if (!zero && run != 0) {
-                madvise((void *)run, p - run, MADV_DONTNEED);
-                run = 0;
-            }
-        }
-    }
-}
-
-/* Where the loader's anonymous zeroes begin in the segment that holds range[0] (in): past its
- * file-backed part (range[1], out). */
-static int
-anon_start(struct dl_phdr_info *info, size_t size, void *arg)
-{
-    uintptr_t *range = arg;
-
-    (void)size;
-    for (ElfW(Half) i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t seg = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && range[0] >= seg && range[0] < seg + ph->p_memsz) {
-            range[1] = seg + ph->p_filesz;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* cgroup_init zeroes libcgroup's mount table (cg_mount_table: 100 controllers with their mount
- * paths, 800 KiB of .bss) whole, at every call, and so keeps all of it resident for the life of
- * the process although only its first entries are ever filled: 0.85 MiB, most of an idle
- * launcher's private memory. Its zero pages are given back. The table is looked up rather than
- * referenced, which would copy it into xmprun at load (a copy relocation). */
-static void
-release_mount_table(void)
-{
-    void *table = dlsym(RTLD_DEFAULT, "cg_mount_table");
-    const ElfW(Sym) *sym = NULL;
-    Dl_info info;
-
-    if (table == NULL || dladdr1(table, &info, (void **)&sym, RTLD_DL_SYMENT) == 0 || sym == NULL ||
-        info.dli_saddr != table)
-        return;
-    uintptr_t range[2] = {(uintptr_t)table, 0};
-    if (dl_iterate_phdr(anon_start, range) == 0)
-        return;
-    uintptr_t from = range[1] > range[0] ? range[1] : range[0];
-    uintptr_t end = range[0] + sym->st_size;
-    if (end > from)
-        xmp_cg_release_zero_pages((void *)from, end - from);
-}
-
-/* libcgroup 2.0.2 reads /proc/mounts once (cgroup_init) and takes the first mount of each
- * controller. In a private mount namespace that lists cgroup mounts hidden under later ones
- * (a tmpfs over /sys/fs/cgroup, then fresh mounts) its scan fails (a hidden cgroup2 mount point
- * has no cgroup.controllers) or picks a mount point that is no longer there. The layout holds
- * the mount visible at each path (from mountinfo); where libcgroup's differs, or its scan
- * failed, that hierarchy's files are handled directly. */
-static void
-use_visible_mounts(struct xmp_cg_layout *l, bool lc_ok)
-{
-    for (size_t i = 0; i < l->n; i++) {
-        struct xmp_cg_hier *h = &l->h[i];
-        char *lc_mount = NULL;
-
-        if (h->lc_ctrl[0] == '\0')
-            continue;
-        h->direct = !lc_ok || cgroup_get_subsys_mount_point(h->lc_ctrl, &lc_mount) != 0 ||
-                    lc_mount == NULL || strcmp(lc_mount, h->mount) != 0;
-        free(lc_mount);
-    }
-}
-
-/* A controller that a limit needs is not mounted (ENODEV): if its mount is there but hidden
- * under a later one, that is what the user must fix. */
-static void
-note_hidden(struct xmp_error *err, const struct xmp_cg_layout *l)
-{
-    if (err == NULL || err->errnum != ENODEV || l->hidden[0] == '\0')
-        return;
-    xmp_error_set(err, 0,
-                  "%s (a private mount namespace?), and no other is visible: mount it again, or "
-                  "set isolation.cgroups: optional",
-                  l->hidden);
-    err->errnum = ENODEV;
-}
-
 /* ---- objects ---- */
 
-static void
-own_dir(const struct xmp_cg_hier *h, char *buf, size_t size)
+void
+xmp_cg_own_dir(const struct xmp_cg_hier *h, char *buf, size_t size)
 {
-    /* Both parts are below XMP_CG_PATH; a cut result fails later at new_cgroup's length check. */
+    /* Both parts are below XMP_CG_PATH; a cut result fails later at xmp_cg_new_cgroup's length
+     * check. */
     if (snprintf(buf, size, "%s%s", h->mount, strcmp(h->own, "/") == 0 ? "" : h->own) < 0)
         buf[0] = '\0';
 }
 
-static int
-new_cgroup(struct xmp_cg_layout *layout, struct xmp_cgroup *parent, const char *rel,
-           struct xmp_cgroup **out, struct xmp_error *err)
+int
+xmp_cg_new_cgroup(struct xmp_cg_layout *layout, struct xmp_cgroup *parent, const char *rel,
+                  struct xmp_cgroup **out, struct xmp_error *err)
 {
     struct xmp_cgroup *cg = calloc(1, sizeof(*cg));
 
@@ -353,7 +56,7 @@ new_cgroup(struct xmp_cg_layout *layout, struct xmp_cgroup *parent, const char *
     size_t size = 0, len[XMP_CG_MAX_HIER];
     for (size_t i = 0; i < layout->n; i++) {
         char base[XMP_CG_PATH];
-        own_dir(&layout->h[i], base, sizeof(base));
+        xmp_cg_own_dir(&layout->h[i], base, sizeof(base));
         len[i] = strlen(base) + 1 + strlen(rel);
         if (len[i] + sizeof("/cgroup.procs") > XMP_CG_PATH)
             goto too_long;
@@ -365,7 +68,7 @@ new_cgroup(struct xmp_cg_layout *layout, struct xmp_cgroup *parent, const char *
     }
     for (size_t i = 0, o = 0; i < layout->n; i++) {
         char base[XMP_CG_PATH];
-        own_dir(&layout->h[i], base, sizeof(base));
+        xmp_cg_own_dir(&layout->h[i], base, sizeof(base));
         cg->dir[i] = cg->paths + o;
         o += (size_t)sprintf(cg->dir[i], "%s/%s", base, rel) + 1;
         cg->procs[i] = cg->paths + o;
@@ -402,8 +105,8 @@ close_fds(struct xmp_cgroup *cg)
     cg->dirfd = -1;
 }
 
-static void
-free_cgroup(struct xmp_cgroup *cg)
+void
+xmp_cg_free_cgroup(struct xmp_cgroup *cg)
 {
     xmp_cg_oom_unwatch(cg);
     close_fds(cg);
@@ -452,7 +155,7 @@ void
 xmp_cgroup_prepare(void)
 {
     lc_prepared_ret = cgroup_init();
-    release_mount_table();
+    xmp_cg_release_mount_table();
     lc_prepared = true;
 }
 
@@ -480,7 +183,7 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
     layout = calloc(1, sizeof(*layout));
     if (layout == NULL)
         return xmp_error_set(err, ENOMEM, "cgroup layout");
-    if (load_layout(mode, layout, err) < 0) {
+    if (xmp_cg_load_layout(mode, layout, err) < 0) {
         free(layout);
         if (ret != 0 && err != NULL) {
             /* Neither libcgroup nor the visible mounts give a usable layout: both reasons. */
@@ -490,35 +193,35 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct 
         }
         return -1;
     }
-    use_visible_mounts(layout, ret == 0);
+    xmp_cg_use_visible_mounts(layout, ret == 0);
     for (size_t i = 0; i < layout->n; i++) {
         char base[XMP_CG_PATH];
-        own_dir(&layout->h[i], base, sizeof(base));
+        xmp_cg_own_dir(&layout->h[i], base, sizeof(base));
         if (access(base, W_OK) < 0) {
             int e = errno;
             free(layout);
             return explain_access(err, e, base);
         }
     }
-    if (new_cgroup(layout, NULL, name, &cg, err) < 0) {
+    if (xmp_cg_new_cgroup(layout, NULL, name, &cg, err) < 0) {
         free(layout);
         return -1;
     }
     cg->owns_layout = true;
     if (check_absent(cg, err) < 0) {
-        free_cgroup(cg);
+        xmp_cg_free_cgroup(cg);
         return -1;
     }
     if (cg->ops->create(cg, limits, err) < 0) {
-        note_hidden(err, layout);
+        xmp_cg_note_hidden(err, layout);
         /* A delegation can allow mkdir and still refuse a control file (or the reverse). */
         if (err != NULL &&
             (err->errnum == EACCES || err->errnum == EPERM || err->errnum == EROFS)) {
             char base[XMP_CG_PATH];
-            own_dir(&layout->h[0], base, sizeof(base));
+            xmp_cg_own_dir(&layout->h[0], base, sizeof(base));
             explain_access(err, err->errnum, base);
         }
-        free_cgroup(cg);
+        xmp_cg_free_cgroup(cg);
         return -1;
     }
     cg->mem_limit = limits->memory;
@@ -560,11 +263,11 @@ xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
     if (nc == NULL)
         return xmp_error_set(err, ENOMEM, "cgroup child %s", name);
     parent->children = nc;
-    if (new_cgroup(parent->layout, parent, rel, &cg, err) < 0)
+    if (xmp_cg_new_cgroup(parent->layout, parent, rel, &cg, err) < 0)
         return -1;
     if (cg->ops->create(cg, limits, err) < 0) {
-        note_hidden(err, cg->layout);
-        free_cgroup(cg);
+        xmp_cg_note_hidden(err, cg->layout);
+        xmp_cg_free_cgroup(cg);
         return xmp_error_wrap(err, "cgroup %s", name);
     }
     cg->mem_limit = limits->memory;
@@ -815,8 +518,8 @@ xmp_cgroup_read_stats(struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct
     return cg->ops->read_stats(cg, st, err);
 }
 
-static void
-sleep_ms(long ms)
+void
+xmp_cg_sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
@@ -828,8 +531,8 @@ sleep_ms(long ms)
  * one read of cgroup.events settles it; otherwise, with a cgroup2 directory, it sleeps in poll()
  * on that file. Only legacy mode (or gc, which does not know how a cgroup was made) polls with
  * short sleeps and cgroup.procs scans. */
-static int
-kill_and_wait(struct xmp_cgroup *cg, long timeout_ms, struct xmp_error *err)
+int
+xmp_cg_kill_and_wait(struct xmp_cgroup *cg, long timeout_ms, struct xmp_error *err)
 {
     long waited = 0, step = 5, next_kill = 0;
 
@@ -844,7 +547,7 @@ kill_and_wait(struct xmp_cgroup *cg, long timeout_ms, struct xmp_error *err)
                 return -1;
             next_kill = waited + 100;
         }
-        sleep_ms(step);
+        xmp_cg_sleep_ms(step);
         waited += step;
         if (step < 50)
             step *= 2;
@@ -856,8 +559,8 @@ kill_and_wait(struct xmp_cgroup *cg, long timeout_ms, struct xmp_error *err)
  * directories a cgroup has); libcgroup's delete would move live tasks to the parent instead of
  * failing, so the caller has emptied the cgroup already and plain rmdir reports EBUSY if that
  * did not hold. */
-static int
-remove_dirs(struct xmp_cgroup *cg, struct xmp_error *err)
+int
+xmp_cg_remove_dirs(struct xmp_cgroup *cg, struct xmp_error *err)
 {
     int ret = 0;
 
@@ -890,7 +593,7 @@ remove_own_dirs(struct xmp_cgroup *cg, struct xmp_error *err)
             if (xmp_cg_rmdir_tree(cg->dir[i], &e) == 0 || e.errnum != EBUSY || tries == 20)
                 break;
             xmp_cg_kill_procs_tree(cg->dir[i]);
-            sleep_ms(10);
+            xmp_cg_sleep_ms(10);
         }
         if (e.errnum != 0) {
             if (ret == 0 && err != NULL)
@@ -921,7 +624,7 @@ destroy_tree(struct xmp_cgroup *cg, bool wait, struct xmp_error *err)
 {
     int ret = 0;
 
-    if (wait && kill_and_wait(cg, 5000, err) < 0)
+    if (wait && xmp_cg_kill_and_wait(cg, 5000, err) < 0)
         ret = -1;
     while (cg->nchildren > 0) {
         struct xmp_error e = {0};
@@ -941,7 +644,7 @@ destroy_tree(struct xmp_cgroup *cg, bool wait, struct xmp_error *err)
         }
     }
     unlink_child(cg);
-    free_cgroup(cg);
+    xmp_cg_free_cgroup(cg);
     return ret;
 }
 
@@ -1045,7 +748,7 @@ settle(struct xmp_cg_layout *layout, struct xmp_error *err)
 
         if (cg->gone) {
             unlink_child(cg);
-            free_cgroup(cg);
+            xmp_cg_free_cgroup(cg);
         } else if (destroy_tree(cg, true, &e) < 0 && ret == 0) {
             if (err != NULL)
                 *err = e;
@@ -1069,342 +772,4 @@ xmp_cgroup_destroy(struct xmp_cgroup *cg, struct xmp_error *err)
     /* destroy_tree sets err only when it fails, so settle's error stays otherwise. */
     ret = settle(cg->layout, err);
     return destroy_tree(cg, true, err) < 0 ? -1 : ret;
-}
-
-static bool
-seen_name(char (*names)[256], size_t n, const char *name)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(names[i], name) == 0)
-            return true;
-    return false;
-}
-
-int
-xmp_cgroup_gc(enum xmp_cgroup_mode mode, bool (*is_orphan)(const char *name, void *data),
-              void *data, struct xmp_error *err)
-{
-    struct xmp_cg_layout *layout = NULL;
-    char(*names)[256] = NULL;
-    size_t n = 0, cap = 0;
-    int removed = 0, ret = 0;
-    char self[64];
-
-    if (mode == XMP_CGROUP_MODE_NONE)
-        return 0;
-    snprintf(self, sizeof(self), "xmprun-self-%ld", (long)getpid());
-    layout = calloc(1, sizeof(*layout));
-    if (layout == NULL)
-        return xmp_error_set(err, ENOMEM, "cgroup gc");
-    if (load_layout(mode, layout, err) < 0) {
-        free(layout);
-        return -1;
-    }
-    for (size_t i = 0; i < layout->n; i++) {
-        char base[XMP_CG_PATH];
-        DIR *d;
-        struct dirent *de;
-        own_dir(&layout->h[i], base, sizeof(base));
-        d = opendir(base);
-        if (d == NULL)
-            continue;
-        while ((de = readdir(d)) != NULL) {
-            /* Never the leaf this process moved itself into, whatever is_orphan says. */
-            if (de->d_type != DT_DIR || strncmp(de->d_name, "xmprun-", 7) != 0 ||
-                strlen(de->d_name) >= 256 || strcmp(de->d_name, self) == 0 ||
-                seen_name(names, n, de->d_name) || !is_orphan(de->d_name, data))
-                continue;
-            if (n == cap) {
-                void *nn = realloc(names, (cap = cap ? cap * 2 : 8) * sizeof(*names));
-                if (nn == NULL)
-                    break;
-                names = nn;
-            }
-            snprintf(names[n++], sizeof(names[0]), "%s", de->d_name);
-        }
-        closedir(d);
-    }
-    for (size_t k = 0; k < n; k++) {
-        struct xmp_cgroup *cg = NULL;
-        struct xmp_error e = {0};
-        bool holds_self = false;
-        /* caps are unknown here (zero): the kill and the wait look at every hierarchy. */
-        if (new_cgroup(layout, NULL, names[k], &cg, &e) == 0) {
-            cg->own = (1u << layout->n) - 1;
-            for (size_t i = 0; i < layout->n; i++)
-                holds_self = holds_self || xmp_cg_tree_has_pid(cg->dir[i], getpid());
-        }
-        /* An xmprun started inside a dead xmprun's leaf (from a process that was there) is in
-         * a cgroup this scan finds orphaned: killing it would kill this very process. */
-        if (holds_self) {
-            free_cgroup(cg);
-            continue;
-        }
-        /* A freezer left FROZEN (by an older xmprun that died between freeze and thaw, or by
-         * anyone) holds its tasks with the SIGKILL pending: thaw first. */
-        for (size_t i = 0; cg != NULL && i < layout->n; i++)
-            xmp_cg_thaw_tree(cg->dir[i]);
-        if (cg == NULL || kill_and_wait(cg, 5000, &e) < 0 || remove_dirs(cg, &e) < 0) {
-            if (ret == 0 && err != NULL)
-                *err = e;
-            ret = -1;
-        } else {
-            removed++;
-        }
-        if (cg != NULL)
-            free_cgroup(cg);
-    }
-    free(names);
-    free(layout);
-    return ret < 0 ? -1 : removed;
-}
-
-size_t
-xmp_cgroup_dirs(const struct xmp_cgroup *cg, const char **dirs, size_t max)
-{
-    size_t n = 0;
-
-    for (size_t i = 0; i < cg->layout->n && n < max; i++)
-        dirs[n++] = cg->dir[i];
-    return n;
-}
-
-/* A directory gc may take on the word of a state file: absolute, named xmprun-..., no "..",
- * on a cgroup filesystem. A state file is only written by xmprun, but its directory may be
- * one that others can write (a shared /tmp), so its paths are not trusted blindly. */
-static int
-check_gc_dir(const char *dir, struct xmp_error *err)
-{
-    const char *base = strrchr(dir, '/');
-    char parent[XMP_CG_PATH];
-    struct statfs sf;
-
-    if (dir[0] != '/' || base == NULL || strncmp(base + 1, "xmprun-", 7) != 0 ||
-        strstr(dir, "/..") != NULL || strlen(dir) >= XMP_CG_PATH)
-        return xmp_error_set(err, EINVAL, "`%s` is not a directory xmprun makes", dir);
-    xmp_cg_parent_dir(dir, parent, sizeof(parent));
-    if (statfs(parent, &sf) < 0)
-        return errno == ENOENT ? 0 : xmp_error_set(err, errno, "statfs `%s`", parent);
-    if (sf.f_type != CGROUP_SUPER_MAGIC && sf.f_type != CGROUP2_SUPER_MAGIC)
-        return xmp_error_set(err, EINVAL, "`%s` is not on a cgroup filesystem", dir);
-    return 0;
-}
-
-/* Looks below base (depth levels at most) for a directory X with X/rel a directory: the one
- * whose path ends in rel. */
-static bool
-find_below(const char *base, const char *rel, int depth, char *out, size_t size)
-{
-    char path[XMP_CG_PATH * 2];
-    struct dirent *de;
-    bool found = false;
-    DIR *d;
-
-    if (snprintf(path, sizeof(path), "%s/%s", base, rel) < (int)sizeof(path) &&
-        access(path, F_OK) == 0)
-        return snprintf(out, size, "%s", path) < (int)size;
-    if (depth == 0 || (d = opendir(base)) == NULL)
-        return false;
-    while (!found && (de = readdir(d)) != NULL) {
-        if (de->d_type != DT_DIR || de->d_name[0] == '.' ||
-            snprintf(path, sizeof(path), "%s/%s", base, de->d_name) >= (int)sizeof(path))
-            continue;
-        found = find_below(path, rel, depth - 1, out, size);
-    }
-    closedir(d);
-    return found;
-}
-
-/* A job's directory as the state file recorded it, where it is not: the xmprun that wrote it ran
- * in another cgroup namespace (a Slurm step's under task/cgroup, a container's), whose root is
- * some cgroup further down here. The path below the mount point is the same; so is the mount
- * point where both see the hierarchies at /sys/fs/cgroup/<controller>. The job's name is unique,
- * so the one directory that ends in that path is the job's. Searched only for dead jobs whose
- * directories are not where recorded. */
-static bool
-resolve_gc_dir(const char *dir, char *out, size_t size)
-{
-    cleanup_fclose FILE *f = fopen("/proc/self/mountinfo", "re");
-    char line[4096], mnt[XMP_CG_PATH], fstype[32];
-    bool found = false;
-
-    while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL) {
-        const char *dash = strstr(line, " - ");
-        size_t len;
-        if (dash == NULL || sscanf(line, "%*s %*s %*s %*s %1023s", mnt) != 1 ||
-            sscanf(dash + 3, "%31s", fstype) != 1 ||
-            (strcmp(fstype, "cgroup") != 0 && strcmp(fstype, "cgroup2") != 0))
-            continue;
-        len = strlen(mnt);
-        if (strncmp(dir, mnt, len) == 0 && dir[len] == '/')
-            found = find_below(mnt, dir + len + 1, 8, out, size);
-    }
-    return found;
-}
-
-int
-xmp_cgroup_gc_dirs(const char *const *dirs, size_t n, struct xmp_error *err)
-{
-    bool found = false, busy = true;
-    int64_t waited = 0;
-
-    char resolved[16][XMP_CG_PATH];
-    const char *at[16];
-
-    if (n > 16)
-        n = 16;
-    for (size_t i = 0; i < n; i++) {
-        at[i] = dirs[i];
-        if (check_gc_dir(dirs[i], err) < 0)
-            return -1;
-        if (access(dirs[i], F_OK) != 0 && resolve_gc_dir(dirs[i], resolved[i], XMP_CG_PATH) &&
-            check_gc_dir(resolved[i], err) == 0)
-            at[i] = resolved[i];
-        if (access(at[i], F_OK) != 0)
-            continue;
-        found = true;
-        if (xmp_cg_tree_has_pid(at[i], getpid()))
-            return xmp_error_set(err, EBUSY, "`%s` holds this xmprun itself", at[i]);
-        xmp_cg_thaw_tree(at[i]);
-    }
-    if (!found)
-        return 0;
-    /* Kill by membership, in every hierarchy (a v1 directory may hold a process that the
-     * cgroup2 one does not), until all are empty; kill again every 100 ms, since a task may
-     * become visible after a sweep (see xmp_cg_kill_procs_tree). */
-    while (busy) {
-        busy = false;
-        for (size_t i = 0; i < n; i++) {
-            if (access(at[i], F_OK) != 0 || xmp_cg_procs_empty_tree(at[i]))
-                continue;
-            busy = true;
-            if (waited % 100 == 0)
-                xmp_cg_kill_procs_tree(at[i]);
-        }
-        if (!busy)
-            break;
-        if (waited >= 5000)
-            return xmp_error_set(err, EBUSY, "processes are still in `%s` after 5 s", at[0]);
-        sleep_ms(10);
-        waited += 10;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (xmp_cg_rmdir_tree(at[i], err) < 0)
-            return -1;
-    return 1;
-}
-
-int
-xmp_cgroup_self_leaf(char *leaf, size_t size)
-{
-    struct xmp_error e = {0};
-    cleanup_free char *proc = slurp("/proc/self/cgroup", &e);
-    cleanup_free char *mountinfo = NULL;
-    char path[XMP_CG_PATH], mnt[XMP_CG_PATH], root[XMP_CG_PATH];
-    const char *base;
-    pid_t owner;
-
-    if (proc == NULL || xmp_cgroup_parse_proc(proc, "", path, sizeof(path), NULL, &e) < 0)
-        return 0; /* no cgroup2 tree: no leaf */
-    base = strrchr(path, '/');
-    /* Our own leaf, or the one of a dead xmprun that this one was started in. The mount table
-     * (long in a container) is read only then. */
-    if (base == NULL || !xmp_cgroup_self_leaf_pid(base + 1, &owner) ||
-        (owner != getpid() && !(kill(owner, 0) < 0 && errno == ESRCH)))
-        return 0;
-    mountinfo = slurp("/proc/self/mountinfo", &e);
-    if (mountinfo == NULL ||
-        xmp_cgroup_parse_mountinfo(mountinfo, NULL, mnt, sizeof(mnt), root, sizeof(root), &e) < 0)
-        return 0;
-    return xmp_cgroup_join(mnt, root, path, leaf, size, &e) == 0 ? 1 : 0;
-}
-
-/* True when dir has no subdirectory other than `except` (may be NULL). */
-static bool
-no_other_children(const char *dir, const char *except)
-{
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    bool alone = true;
-
-    while (d != NULL && (de = readdir(d)) != NULL)
-        if (de->d_type == DT_DIR && de->d_name[0] != '.' &&
-            (except == NULL || strcmp(de->d_name, except) != 0))
-            alone = false;
-    if (d != NULL)
-        closedir(d);
-    return alone;
-}
-
-/* Empties dir's cgroup.subtree_control. Only for the parent of an xmprun-self leaf: it held
- * xmprun before, so its subtree_control was empty then (the "no internal processes" rule),
- * and emptying it again lets processes join it. */
-static void
-restore_subtree_control(const char *dir)
-{
-    char sub[256];
-
-    if (xmp_cg_read(dir, "cgroup.subtree_control", sub, sizeof(sub), NULL) < 0)
-        return;
-    for (char *tok = strtok(sub, " \n"); tok != NULL; tok = strtok(NULL, " \n")) {
-        char minus[64];
-        snprintf(minus, sizeof(minus), "-%s", tok);
-        xmp_cg_write(dir, "cgroup.subtree_control", minus, NULL);
-    }
-}
-
-int
-xmp_cgroup_leave_self_leaf(struct xmp_error *err)
-{
-    char leaf[XMP_CG_PATH], parent[XMP_CG_PATH];
-    struct xmp_error e = {0};
-
-    if (xmp_cgroup_self_leaf(leaf, sizeof(leaf)) == 0)
-        return 0;
-    xmp_cg_parent_dir(leaf, parent, sizeof(parent));
-    /* Only when nothing else is beside the leaf: another job's cgroups there need the
-     * controllers this xmprun enabled, and then it cannot move back (the leaf stays for a
-     * later gc, once this process is gone). */
-    if (!no_other_children(parent, strrchr(leaf, '/') + 1))
-        return 0;
-    if (xmp_cg_write(parent, "cgroup.procs", "0", &e) < 0 && e.errnum == EBUSY) {
-        restore_subtree_control(parent);
-        xmp_error_clear(&e);
-        xmp_cg_write(parent, "cgroup.procs", "0", &e);
-    }
-    if (e.errnum != 0) {
-        if (err != NULL)
-            *err = e;
-        return xmp_error_wrap(err, "move xmprun back out of `%s`", leaf);
-    }
-    if (rmdir(leaf) < 0)
-        return xmp_error_set(err, errno, "rmdir `%s`", leaf);
-    return 0;
-}
-
-int
-xmp_cgroup_gc_leaf(const char *leaf, struct xmp_error *err)
-{
-    const char *base = strrchr(leaf, '/');
-    char parent[XMP_CG_PATH];
-    struct statfs sf;
-    pid_t owner;
-
-    if (leaf[0] != '/' || base == NULL || !xmp_cgroup_self_leaf_pid(base + 1, &owner) ||
-        strstr(leaf, "/..") != NULL || strlen(leaf) >= XMP_CG_PATH)
-        return xmp_error_set(err, EINVAL, "`%s` is not a leaf xmprun makes", leaf);
-    if (access(leaf, F_OK) != 0)
-        return 0;
-    if (statfs(leaf, &sf) < 0 || sf.f_type != CGROUP2_SUPER_MAGIC)
-        return xmp_error_set(err, EINVAL, "`%s` is not a cgroup2 directory", leaf);
-    /* Its xmprun is gone; what is still in it (a process that was started there) is not
-     * ours to kill: leave it, and the leaf, alone. */
-    if (!xmp_cg_procs_empty_tree(leaf))
-        return 0;
-    if (rmdir(leaf) < 0 && errno != ENOENT)
-        return xmp_error_set(err, errno, "rmdir `%s`", leaf);
-    xmp_cg_parent_dir(leaf, parent, sizeof(parent));
-    if (no_other_children(parent, NULL) && xmp_cg_procs_empty_tree(parent))
-        restore_subtree_control(parent);
-    return 1;
 }

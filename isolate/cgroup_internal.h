@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #define XMP_CG_MAX_HIER 8
+#define CGROUP_ROOT     "/sys/fs/cgroup"
 #define XMP_CG_PATH     1024
 
 /* The controllers xmprun uses, as bits (one v1 hierarchy may carry several). */
@@ -244,5 +245,23 @@ bool xmp_cg2_is_empty(const char *dir);
  * and killing again every 100 ms (a process may fork past a kill). 0 once empty; -1 with EBUSY
  * on timeout, or the kill's error. */
 int xmp_cg2_kill_and_wait(struct xmp_cgroup *cg, long timeout_ms, struct xmp_error *err);
+
+/* The layout (cgroup_layout.c): which mounts are visible, what is hidden, the mount table
+ * libcgroup keeps. */
+char *xmp_cg_slurp(const char *path, struct xmp_error *err);
+int xmp_cg_load_layout(enum xmp_cgroup_mode mode, struct xmp_cg_layout *l, struct xmp_error *err);
+void xmp_cg_release_mount_table(void);
+void xmp_cg_use_visible_mounts(struct xmp_cg_layout *l, bool lc_ok);
+void xmp_cg_note_hidden(struct xmp_error *err, const struct xmp_cg_layout *l);
+
+/* Shared by cgroup.c and cgroup_gc.c (the collector of what dead jobs left, which builds cgroup
+ * objects of their directories to kill and remove). */
+void xmp_cg_own_dir(const struct xmp_cg_hier *h, char *buf, size_t size);
+int xmp_cg_new_cgroup(struct xmp_cg_layout *layout, struct xmp_cgroup *parent, const char *rel,
+                      struct xmp_cgroup **out, struct xmp_error *err);
+void xmp_cg_free_cgroup(struct xmp_cgroup *cg);
+void xmp_cg_sleep_ms(long ms);
+int xmp_cg_kill_and_wait(struct xmp_cgroup *cg, long timeout_ms, struct xmp_error *err);
+int xmp_cg_remove_dirs(struct xmp_cgroup *cg, struct xmp_error *err);
 
 #endif

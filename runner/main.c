@@ -4,8 +4,8 @@
 #include "runner/plan/host.h"
 #include "runner/plan/plan.h"
 #include "runner/report/report_load.h"
-#include "runner/spec/spec.h"
 #include "runner/run/supervise.h"
+#include "runner/spec/spec.h"
 
 #include <errno.h>
 #include <getopt.h>

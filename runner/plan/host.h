@@ -7,17 +7,11 @@
 
 #include "isolate/cgroup.h" /* xmp_cpulist_parse, xmp_cpulist_format */
 #include "isolate/error.h"
+#include "runner/spec/spec_types.h"
 
 #include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
-
-enum xmp_device_kind {
-    XMP_DEVICE_AUTO = 0,
-    XMP_DEVICE_CUDA,
-    XMP_DEVICE_TPU,
-    XMP_DEVICE_CPU,
-};
 
 /* "auto", "cuda", "tpu", "cpu". */
 const char *xmp_device_kind_name(enum xmp_device_kind kind);

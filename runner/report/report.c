@@ -8,7 +8,7 @@
 #include "isolate/cgroup.h"
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
-#include "runner/run/peer.h"
+#include "runner/report/peer.h"
 
 #include <errno.h>
 #include <fcntl.h>

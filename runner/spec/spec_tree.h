@@ -106,4 +106,12 @@ char *xmp_spec_read_file(struct xmp_diag_sink *ds, const char *path, const char 
 /* Optimal string alignment distance, for "did you mean" hints. */
 size_t xmp_edit_distance(const char *a, const char *b);
 
+/* The allocation helpers of spec_tree.c that its YAML reader (spec_tree_yaml.c) uses: abort on
+ * exhaustion, as the tree's other allocations do; node memory from the tree's arena; a
+ * saturating sum for the alias expansion's weight. */
+void *xmp_tree_xmalloc(size_t n);
+void *xmp_tree_xrealloc_array(void *p, size_t n, size_t size);
+void *xmp_tree_arena_alloc(struct xmp_tree *t, size_t size);
+size_t xmp_tree_add_weight(size_t a, size_t b);
+
 #endif

@@ -4,11 +4,18 @@
 #define XMP_SPEC_TYPES_H
 
 #include "isolate/seccomp.h"
-#include "runner/plan/host.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* devices.kind (the plan resolves auto against the host). */
+enum xmp_device_kind {
+    XMP_DEVICE_AUTO = 0,
+    XMP_DEVICE_CUDA,
+    XMP_DEVICE_TPU,
+    XMP_DEVICE_CPU,
+};
 
 enum xmp_cpuset_mode { XMP_CPUSET_AUTO = 0, XMP_CPUSET_NONE, XMP_CPUSET_LIST };
 enum xmp_start_mode { XMP_START_EXEC = 0, XMP_START_FORK };

@@ -3,7 +3,7 @@
 #define _GNU_SOURCE
 #include "helpers/testlib.h"
 #include "runner/report/report.h"
-#include "runner/run/peer.h"
+#include "runner/report/peer.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>

@@ -9,6 +9,7 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <sched.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <seccomp.h>

@@ -2,7 +2,7 @@
  * peer address they name. Each entry has a unit test whose input is a real run's output
  * (tests/unit/test_peer.c says where each came from). */
 #define _GNU_SOURCE
-#include "runner/run/peer.h"
+#include "runner/report/peer.h"
 
 #include <ctype.h>
 #include <stdio.h>

@@ -1,0 +1,247 @@
+/* One run of the worker group: the stop sequence. Signals to each worker (its process group and
+ * its cgroup), the kill-all after a failure, the job timeout and the grace, and the signals from
+ * outside (a stop, a second ^C). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "runner/run/group_internal.h"
+#include "runner/run/zygote.h"
+
+#include "isolate/cleanup.h"
+#include "isolate/file.h"
+#include "runner/run/spawn.h"
+#include "runner/run/state.h"
+#include "runner/util/strv.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+/* Sends sig to every process of the worker: its process group (what it forked without setsid)
+ * and every process in its cgroup (what left the group). A failure to list the cgroup leaves the
+ * group signalled and the cgroup kill after the grace period to do the rest. */
+static void
+signal_worker(struct xmp_worker *w, int sig)
+{
+    struct xmp_error err = {0};
+
+    if (w->running && w->pid > 0) {
+        kill(-w->pid, sig);
+        kill(w->pid, sig);
+    }
+    if (w->cg != NULL)
+        xmp_cgroup_signal(w->cg, sig, &err);
+}
+
+/* The zygote is stopped with the job (interrupt, timeout, the end of a failed job), not when a
+ * worker fails: the next restart forks from it. */
+static void
+signal_zygote(struct xmp_supervisor *sv, int sig)
+{
+    struct xmp_zygote *zy = &sv->zy;
+
+    if (!zy->running || zy->pid <= 0)
+        return;
+    zy->stop_sent = true;
+    kill(-zy->pid, sig);
+    kill(zy->pid, sig);
+}
+
+void
+xmp_grp_kill_all_now(struct xmp_supervisor *sv)
+{
+    struct xmp_error err = {0};
+
+    if (sv->zy.stop_sent)
+        signal_zygote(sv, SIGKILL);
+
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        /* cgroup.kill (or freeze, kill, thaw) also gets the grandchildren that called setsid()
+         * or ignore SIGTERM, which the process group misses. */
+        if (w->cg != NULL && xmp_cgroup_kill(w->cg, &err) < 0 && !xmp_quiet(sv)) {
+            xmp_status_erase(&sv->status);
+            fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank, err.msg);
+        }
+        signal_worker(w, SIGKILL);
+    }
+    sv->kill_at_ns = 0;
+    xmp_grp_arm_timer(sv);
+}
+
+void
+xmp_grp_stop_all(struct xmp_supervisor *sv, enum xmp_stop_reason reason, int sig)
+{
+    if (sv->stopping == XMP_STOP_NONE)
+        sv->stopping = reason;
+    sv->peer_wait_ns = 0;
+    if (reason != XMP_STOP_FAILURE)
+        signal_zygote(sv, sig);
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        if (!w->running)
+            continue;
+        w->stop_sent = true;
+        signal_worker(w, sig);
+    }
+    if (sv->kill_at_ns == 0)
+        sv->kill_at_ns = xmp_now_ns() + (sv->spec->grace_ms > 0 ? sv->spec->grace_ms : 0) * 1000000;
+    xmp_grp_arm_timer(sv);
+}
+
+void
+xmp_grp_on_worker_failure(struct xmp_supervisor *sv)
+{
+    if (sv->stopping != XMP_STOP_NONE || sv->spec->on_failure != XMP_FAILURE_KILL_ALL)
+        return;
+    xmp_grp_stop_all(sv, XMP_STOP_FAILURE, SIGTERM);
+}
+
+void
+xmp_grp_close_stream(struct xmp_supervisor *sv, struct xmp_stream *s)
+{
+    xmp_grp_ep_del(sv, s->fd);
+    xmp_stream_close(s);
+}
+
+/* Takes in the worker's exec status once the child has exec'd or said why it could not. At exit
+ * it is read to the end first, so that a worker that could not start is reported as such. */
+void
+xmp_grp_read_exec_status(struct xmp_supervisor *sv, struct xmp_worker *w, bool block)
+{
+    int fd = w->spawned.status_fd;
+
+    /* Out of the epoll set before the read can close it: closing does not remove it while a
+     * worker forked later still holds a copy (until its exec), and its EOF would then wake the
+     * loop again and again, spinning on a core those workers need to start. (An exec-mode
+     * worker has no pipe: xmp_spawn knew at once.) */
+    if (fd >= 0) {
+        xmp_grp_ep_del(sv, fd);
+        if (xmp_spawn_read_status(&w->spawned, block) != 0) {
+            xmp_grp_ep_ctl(sv, EPOLL_CTL_ADD, fd, EPOLLIN, XMP_EV_EXEC, (size_t)(w - sv->workers));
+            return;
+        }
+    }
+    /* A worker that could not join its cgroups already has the reason; what the child says
+     * about the closed gate adds nothing. */
+    if (w->spawned.exec_failed && !w->start_failed) {
+        w->start_failed = true;
+        snprintf(w->rep->start_error, sizeof(w->rep->start_error), "%s", w->spawned.child_err.msg);
+    }
+}
+
+/* memory.oom_at for the cgroup whose limit fired. isolate/ walks the chain generically (the
+ * worker's cgroup, its parents, the cgroups above the job); a cgroup of xmprun's that is neither
+ * the worker's nor the job's is the zygote's, which its workers share (fork mode). */
+const char *
+xmp_grp_oom_at_name(const struct xmp_supervisor *sv, const struct xmp_worker *w,
+                    const struct xmp_cgroup_oom_site *site)
+{
+    if (site->enclosing)
+        return "enclosing";
+    if (site->cg == w->cg)
+        return "worker";
+    if (site->cg == sv->job_cg)
+        return "job";
+    return "shared";
+}
+
+/* How long a worker's death by SIGINT, SIGTERM or SIGHUP that xmprun did not send waits for
+ * the same kind of signal to reach xmprun before it counts as the worker's own failure. An
+ * outside stop (Slurm's scancel, a container stop, ^C to the process group) signals the
+ * workers and xmprun at nearly the same instant, but in no set order: the worker may die, and
+ * its pidfd be read, before xmprun's own signal is. Only such a death waits, and only once. */
+#define OUTSIDE_SIGNAL_WINDOW_MS 1000
+
+bool
+xmp_grp_is_stop_signal(int sig)
+{
+    return sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
+}
+
+/* The worker ended of a stop signal (or exited 128+it, as a shell or a handler does) that
+ * xmprun did not send. */
+bool
+xmp_grp_died_of_outside_stop(const struct xmp_worker *w)
+{
+    const struct xmp_worker_report *rep = w->rep;
+    int sig = rep->signal > 0 ? rep->signal : rep->exit_code > 128 ? rep->exit_code - 128 : 0;
+
+    return !w->stop_sent && rep->state != XMP_WORKER_FAILED_TO_START && xmp_grp_is_stop_signal(sig);
+}
+
+/* xmprun got SIGINT, SIGTERM or SIGHUP: forward it, and stop the job (a second one: at once). */
+void
+xmp_grp_on_interrupt(struct xmp_supervisor *sv, int sig)
+{
+    int64_t now = xmp_now_ns();
+
+    /* Forward to every worker's process group, as a terminal would to a foreground job. */
+    for (size_t i = 0; i < sv->n_workers; i++)
+        if (sv->workers[i].running && sv->workers[i].pid > 0)
+            kill(-sv->workers[i].pid, sig);
+    if (sv->zy.running && sv->zy.pid > 0)
+        kill(-sv->zy.pid, sig);
+    if (sv->report.interrupt_signal != 0) {
+        /* A second ^C means "now". */
+        xmp_grp_kill_all_now(sv);
+        return;
+    }
+    sv->report.interrupt_signal = sig;
+    sv->report.interrupt_mono_ns = now;
+    if (sv->zy.running)
+        sv->zy.stop_sent = true;
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        if (w->running)
+            w->stop_sent = true;
+        else if (w->rep != NULL && w->rep->ended_mono_ns > 0 && xmp_grp_died_of_outside_stop(w) &&
+                 now - w->rep->ended_mono_ns <= OUTSIDE_SIGNAL_WINDOW_MS * 1000000LL)
+            w->rep->interrupted = true;
+    }
+    if (sv->stopping == XMP_STOP_NONE)
+        sv->stopping = XMP_STOP_INTERRUPT;
+    sv->peer_wait_ns = 0;
+    if (sv->kill_at_ns == 0)
+        sv->kill_at_ns = now + sv->spec->grace_ms * 1000000;
+    xmp_grp_arm_timer(sv);
+}
+
+/* A worker died of a stop signal xmprun did not send: wait (bounded) for the outside signal
+ * that may be on its way to xmprun too. True when it came (the death is then the interrupt's). */
+bool
+xmp_grp_await_outside_signal(struct xmp_supervisor *sv)
+{
+    struct timespec ts = {OUTSIDE_SIGNAL_WINDOW_MS / 1000,
+                          (OUTSIDE_SIGNAL_WINDOW_MS % 1000) * 1000000L};
+    sigset_t set;
+    siginfo_t si;
+    int sig;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    /* The signals are blocked (they go to the signalfd), so sigtimedwait takes them off the
+     * pending set just as a read of the signalfd would. */
+    do
+        sig = sigtimedwait(&set, &si, &ts);
+    while (sig < 0 && errno == EINTR);
+    if (sig <= 0)
+        return false;
+    xmp_grp_on_interrupt(sv, sig);
+    return true;
+}
