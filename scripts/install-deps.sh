@@ -1,10 +1,17 @@
 #!/bin/sh
-# Installs the Debian 12 packages xmprun needs to build, test and fuzz.
-# Idempotent and quiet when everything is already present; run as root.
+# Installs the Debian 12 packages xmprun needs: to build and run it, and with --tests also what
+# the test suite, the fuzzer and the sanitizer build need. Idempotent and quiet when everything
+# is already present; run as root.
 set -eu
 pkgs="build-essential cmake pkg-config libyaml-dev libcgroup-dev libseccomp-dev libjansson-dev
-libcriterion-dev python3 python3-yaml python3-jsonschema python3-torch clang clang-format libclang-rt-14-dev
-scdoc man-db tmux mmdebstrap libpython3.11-testsuite"
+python3 scdoc"
+if [ "${1:-}" = --tests ]; then
+    pkgs="$pkgs libcriterion-dev python3-yaml python3-jsonschema python3-torch clang clang-format
+libclang-rt-14-dev man-db tmux mmdebstrap libpython3.11-testsuite"
+elif [ -n "${1:-}" ]; then
+    echo "usage: $0 [--tests]" >&2
+    exit 2
+fi
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
