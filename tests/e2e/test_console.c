@@ -316,7 +316,7 @@ Test(console, rank0_on_node_1_of_two_shows_nothing, .timeout = 60)
             cr_assert_not_null(strstr(e.r.out, "out 0 local 0\n"), "%s", e.r.out);
             cr_assert_null(strstr(e.r.out, "out 1"), "%s", e.r.out);
         } else {
-            cr_assert_str_eq(e.r.out, "", "node 1 showed its workers' lines");
+            cr_assert_str_eq(e.r.out, "", "node 1 showed its workers' lines:\n%s", e.r.out);
             cr_assert_null(strstr(e.r.err, "err"), "node 1 showed its workers' lines: %s", e.r.err);
             char *path = e2e_path(&e, "logs/rank-2.out");
             char *got = xt_read_file(path);

@@ -22,7 +22,8 @@ assert_oom_at(struct e2e *e, int rank, const char *want)
     json_t *mem = json_object_get(e2e_worker(e, (size_t)rank), "memory");
     json_t *at = json_object_get(mem, "oom_at");
     cr_assert(json_is_string(at), "worker %d: memory.oom_at is not a string", rank);
-    cr_assert_str_eq(json_string_value(at), want, "worker %d", rank);
+    cr_assert_str_eq(json_string_value(at), want, "worker %d: memory.oom_at is \"%s\", not \"%s\"",
+                     rank, json_string_value(at), want);
 }
 
 Test(oom, worker_limit_is_named, .timeout = 120)
