@@ -8,6 +8,7 @@
 #include "isolate/cgroup.h"
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
+#include "runner/report/gpu.h"
 #include "runner/report/peer.h"
 
 #include <errno.h>
@@ -212,6 +213,38 @@ xmp_worker_peer_loss(const struct xmp_worker_report *w, char *const *lines, size
     return xmp_peer_find(lines, n, addr, size);
 }
 
+/* A worker that exited or died of a signal (SIGABRT) after a GPU failure its stderr names: the
+ * root cause's reason and message say which, with the numbers the library printed. */
+static bool
+gpu_failure(const struct xmp_worker_report *w, struct xmp_report *r)
+{
+    struct xmp_gpu_failure f;
+    char who[160], tried[32], in_use[32], capacity[32], what[400];
+
+    if ((w->state != XMP_WORKER_EXITED && w->state != XMP_WORKER_SIGNALED) ||
+        !xmp_gpu_failure_find(w->stderr_tail, w->n_tail, &f))
+        return false;
+    worker_who(w, who, sizeof(who));
+    if (f.kind == XMP_GPU_OOM) {
+        xmp_format_bytes(f.tried, tried, sizeof(tried));
+        xmp_format_bytes(f.in_use, in_use, sizeof(in_use));
+        xmp_format_bytes(f.capacity, capacity, sizeof(capacity));
+        snprintf(what, sizeof(what), "ran out of GPU memory%s%s%s%s%s%s%s",
+                 f.tried >= 0 ? ": it tried to allocate " : "", f.tried >= 0 ? tried : "",
+                 f.in_use >= 0 ? " with " : "", f.in_use >= 0 ? in_use : "",
+                 f.in_use >= 0 && f.capacity >= 0 ? " of " : "",
+                 f.in_use >= 0 && f.capacity >= 0 ? capacity : "", f.in_use >= 0 ? " in use" : "");
+    } else {
+        snprintf(what, sizeof(what), "hit %s error: %s%s%s%s",
+                 f.kind == XMP_GPU_CUDA_ERROR ? "a CUDA" : "an NCCL", f.error,
+                 f.detail[0] ? " (" : "", f.detail, f.detail[0] ? ")" : "");
+    }
+    snprintf(r->cause_reason, sizeof(r->cause_reason), "%s", xmp_gpu_failure_reason(f.kind));
+    if (snprintf(r->cause_message, sizeof(r->cause_message), "%s %s", who, what) < 0)
+        r->cause_message[0] = '\0';
+    return true;
+}
+
 /* How w ended, in words, for who ("worker 3 (cuda:3)", "the zygote"). */
 static void
 describe(const struct xmp_worker_report *w, const char *who, char *buf, size_t size)
@@ -412,7 +445,8 @@ xmp_report_finish(struct xmp_report *r)
             const struct xmp_peer_pattern *p =
                 xmp_worker_peer_loss(first, first->stderr_tail, first->n_tail, addr, sizeof(addr));
             if (p == NULL) {
-                xmp_worker_describe(first, r->cause_message, sizeof(r->cause_message));
+                if (!gpu_failure(first, r))
+                    xmp_worker_describe(first, r->cause_message, sizeof(r->cause_message));
                 return;
             }
             worker_who(first, who, sizeof(who));

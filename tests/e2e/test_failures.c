@@ -422,3 +422,57 @@ Test(failures, worker_killed_by_its_own_signal_gives_128_plus_n, .timeout = 120)
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
+
+/* A worker that fails after a GPU failure its stderr names (the real text of tests/fixtures/gpu,
+ * printed by the worker): the root cause's reason and words are the GPU's, the exit status stays
+ * the worker's own. */
+static void
+gpu_failure_is_named(const char *fixture, const char *reason, const char *message)
+{
+    struct e2e e;
+    char *text = NULL;
+
+    e2e_init(&e);
+    cr_assert(asprintf(&text,
+                       "version: 1\nname: gpufail\nworkers: 1\ndevices: {kind: cpu}\n"
+                       "command: 'cat %s/gpu/%s.tail >&2; exit 1'\n",
+                       xt_fixtures(), fixture) > 0);
+    e2e_set_spec(&e, text);
+    cr_assert_eq(e2e_run(&e, 60, NULL), 1, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *rc = json_object_get(e.rep, "root_cause");
+    cr_expect_str_eq(e2e_str(rc, "reason"), reason);
+    cr_expect_str_eq(e2e_str(rc, "message"), message);
+    cr_expect_eq(json_integer_value(json_object_get(e.rep, "exit_code")), 1);
+    cr_expect_str_eq(e2e_str(e2e_worker(&e, 0), "state"), "exited");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(failures, gpu_out_of_memory_is_named_with_its_numbers, .timeout = 60)
+{
+    gpu_failure_is_named("gpu_oom_after_use", "gpu_oom",
+                         "worker 0 (cpu) ran out of GPU memory: it tried to allocate 60.0 GiB "
+                         "with 100.5 GiB of 139.8 GiB in use");
+}
+
+Test(failures, cuda_device_assert_is_named, .timeout = 60)
+{
+    gpu_failure_is_named("device_assert", "cuda_error",
+                         "worker 0 (cpu) hit a CUDA error: device-side assert triggered "
+                         "(IndexKernel.cu:111: index out of bounds)");
+}
+
+Test(failures, cuda_illegal_memory_access_is_named, .timeout = 60)
+{
+    gpu_failure_is_named("illegal_access", "cuda_error",
+                         "worker 0 (cpu) hit a CUDA error: an illegal memory access was "
+                         "encountered");
+}
+
+Test(failures, nccl_error_is_named, .timeout = 60)
+{
+    gpu_failure_is_named("nccl_duplicate", "nccl_error",
+                         "worker 0 (cpu) hit an NCCL error: invalid usage (Duplicate GPU "
+                         "detected : rank 0 and rank 1 both on CUDA device 60)");
+}
