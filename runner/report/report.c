@@ -342,10 +342,15 @@ describe_zygote(const struct xmp_report *r, char *buf, size_t size)
         return;
     if (r->zygote_before_fork && z->start_error[0] != '\0')
         snprintf(buf + len, size - len, " before it forked the workers: %s", z->start_error);
-    else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED)
+    else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED && z->exit_code == 0)
         snprintf(buf + len, size - len,
                  " before it forked the workers: in start: fork the command must call "
                  "xmprun.spawn()");
+    else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED)
+        /* It failed on its own (an exception while loading, an import): its words are on its
+         * standard error, not advice about spawn(). */
+        snprintf(buf + len, size - len,
+                 " before it forked the workers; its standard error says why");
     else if (r->zygote_before_fork)
         snprintf(buf + len, size - len, " before it forked the workers");
     else if (r->zygote_after_done)

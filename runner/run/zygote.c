@@ -69,12 +69,12 @@ env_get(char *const *env, const char *name)
 void
 xmp_zygote_find_client(struct xmp_supervisor *sv)
 {
-    char exe[PATH_MAX], lib_dir[PATH_MAX];
+    char exe[PATH_MAX], lib_dir[PATH_MAX], prefix[PATH_MAX], lib[PATH_MAX + 64], py[PATH_MAX + 64];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     const char *slash;
 
     /* An xmprun run from its build tree uses the client beside it and the Python package in
-     * the source tree; an installed one the installed copies. */
+     * the source tree. */
     exe[n > 0 ? n : 0] = '\0';
     slash = strrchr(XMP_CLIENT_BUILD_LIB, '/');
     snprintf(lib_dir, sizeof(lib_dir), "%.*s", (int)(slash - XMP_CLIENT_BUILD_LIB),
@@ -84,10 +84,33 @@ xmp_zygote_find_client(struct xmp_supervisor *sv)
         strncmp(exe, lib_dir, strlen(lib_dir)) == 0 && access(XMP_CLIENT_BUILD_LIB, R_OK) == 0) {
         snprintf(sv->client_python, sizeof(sv->client_python), "%s", XMP_CLIENT_BUILD_PYTHON);
         snprintf(sv->client_lib, sizeof(sv->client_lib), "%s", XMP_CLIENT_BUILD_LIB);
-    } else {
-        snprintf(sv->client_python, sizeof(sv->client_python), "%s", XMP_CLIENT_INSTALL_PYTHON);
-        snprintf(sv->client_lib, sizeof(sv->client_lib), "%s", XMP_CLIENT_INSTALL_LIB);
+        return;
     }
+    /* An installed tree wherever it now is (an unpacked tarball, /opt in an image): the client
+     * where the install put it relative to the binary, PREFIX/bin/xmprun. */
+    snprintf(prefix, sizeof(prefix), "%s", exe);
+    for (int up = 0; up < 2; up++) {
+        char *s = strrchr(prefix, '/');
+        if (s != NULL)
+            *s = '\0';
+    }
+    static const char *const libdirs[] = {XMP_CLIENT_REL_LIBDIR, "lib"};
+    for (size_t i = 0; i < sizeof(libdirs) / sizeof(libdirs[0]) && n > 0; i++) {
+        snprintf(lib, sizeof(lib), "%s/%s/libxmprun.so", prefix, libdirs[i]);
+        snprintf(py, sizeof(py), "%s/%s/xmprun", prefix, XMP_CLIENT_REL_PYTHON);
+        if (access(lib, R_OK) != 0 || snprintf(sv->client_lib, sizeof(sv->client_lib), "%s", lib) >=
+                                          (int)sizeof(sv->client_lib))
+            continue;
+        /* The package beside it, or the one the install put in the system Python's path. */
+        bool here = access(py, R_OK) == 0;
+        py[strlen(py) - strlen("/xmprun")] = '\0';
+        if (!here || snprintf(sv->client_python, sizeof(sv->client_python), "%s", py) >=
+                         (int)sizeof(sv->client_python))
+            snprintf(sv->client_python, sizeof(sv->client_python), "%s", XMP_CLIENT_INSTALL_PYTHON);
+        return;
+    }
+    snprintf(sv->client_python, sizeof(sv->client_python), "%s", XMP_CLIENT_INSTALL_PYTHON);
+    snprintf(sv->client_lib, sizeof(sv->client_lib), "%s", XMP_CLIENT_INSTALL_LIB);
 }
 
 char **
@@ -102,7 +125,10 @@ xmp_zygote_client_env(struct xmp_supervisor *sv, char **env)
                      sv->client_python) >= 0)
             env = xmp_strv_setenv(env, "PYTHONPATH", joined);
         free(joined);
-        env = xmp_strv_setenv(env, "XMPRUN_CLIENT_LIB", sv->client_lib);
+        /* A user's own choice stands (a client built elsewhere, a relocated one). */
+        const char *user = env_get(env, "XMPRUN_CLIENT_LIB");
+        if (user == NULL || user[0] == '\0')
+            env = xmp_strv_setenv(env, "XMPRUN_CLIENT_LIB", sv->client_lib);
     }
     if (sv->serial_lock != NULL)
         env = xmp_strv_setenv(env, "XMPRUN_SERIAL_LOCK", sv->serial_lock);

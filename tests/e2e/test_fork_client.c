@@ -84,9 +84,11 @@ zygote_fails(const char *args, int status, const char *reason, const char *messa
 
 Test(fork, a_zygote_that_never_spawns_fails_the_job, .timeout = 120)
 {
+    /* A zygote that fails on its own (an exception while it loads) gets no advice about spawn():
+     * that one is for a zygote that ended well without forking. */
     zygote_fails("nospawn --code 1", 1, "zygote_exited",
-                 "the zygote exited with status 1 before it forked the workers: in start: fork "
-                 "the command must call xmprun.spawn()",
+                 "the zygote exited with status 1 before it forked the workers; its standard "
+                 "error says why",
                  "root cause: the zygote exited with status 1");
 }
 
@@ -211,5 +213,36 @@ Test(fork, spawn_outside_xmprun_says_how_to_run_it, .timeout = 60)
                        "%s", e.r.err);
     free(path);
     free(pp);
+    e2e_fini(&e);
+}
+
+/* An installed tree moved elsewhere (an unpacked tarball, /opt in an image): xmprun finds the
+ * client library and the Python package relative to its own binary (PREFIX/bin/xmprun,
+ * PREFIX/lib/libxmprun.so, PREFIX/lib/python3/dist-packages/xmprun), not at the prefix it was
+ * configured with, so a fork-mode job runs; and a user's own XMPRUN_CLIENT_LIB stands. */
+Test(fork, a_relocated_install_finds_its_client, .timeout = 240)
+{
+    struct e2e e;
+    need_python();
+    e2e_init(&e);
+    char *script = NULL;
+    cr_assert(asprintf(&script,
+                       "set -e; P=$DIR/opt/xmprun; B=$(dirname \"$XMPRUN\")\n"
+                       "mkdir -p $P/bin $P/lib/python3/dist-packages\n"
+                       "cp \"$XMPRUN\" $P/bin/xmprun; cp $B/libxmprun.so $P/lib/\n"
+                       "cp -r %s/client/python/xmprun $P/lib/python3/dist-packages/\n"
+                       "set +e; $P/bin/xmprun --report \"$REPORT\" \"$SPEC\"; rc=$?\n"
+                       "XMPRUN_CLIENT_LIB=/custom/libxmprun.so $P/bin/xmprun -q --report "
+                       "$DIR/exec.json -- sh -c 'echo lib=$XMPRUN_CLIENT_LIB' || rc=99\n"
+                       "exit $rc\n",
+                       xt_source_dir()) > 0);
+    fork_spec(&e, "nprocs --n 2", "workers: 2\n");
+    cr_assert_eq(e2e_sh(&e, 200, script), 0, "stdout:\n%s\nstderr:\n%s", e.r.out, e.r.err);
+    cr_assert_not_null(strstr(e.r.out, "[0] lib=/custom/libxmprun.so"), "%s", e.r.out);
+    free(script);
+    e2e_load_report(&e);
+    cr_assert_str_eq(e2e_str(e.rep, "outcome"), "succeeded");
+    assert_zygote_gone(&e);
+    e2e_assert_clean(&e);
     e2e_fini(&e);
 }
