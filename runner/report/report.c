@@ -329,6 +329,18 @@ xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
     describe(w, who, buf, size);
 }
 
+/* The message of a torchelastic error file ({"message": {"message": "RuntimeError: ..."}}, or
+ * a plain string message): the exception that ended the process, or NULL. */
+static const char *
+error_file_message(const struct xmp_worker_report *w)
+{
+    json_t *m = json_is_object(w->error_file) ? json_object_get(w->error_file, "message") : NULL;
+
+    if (json_is_object(m))
+        m = json_object_get(m, "message");
+    return json_is_string(m) && json_string_length(m) > 0 ? json_string_value(m) : NULL;
+}
+
 /* "the zygote exited with status 1 before it forked the workers: ...". */
 static void
 describe_zygote(const struct xmp_report *r, char *buf, size_t size)
@@ -346,6 +358,10 @@ describe_zygote(const struct xmp_report *r, char *buf, size_t size)
         snprintf(buf + len, size - len,
                  " before it forked the workers: in start: fork the command must call "
                  "xmprun.spawn()");
+    else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED &&
+             error_file_message(z) != NULL)
+        /* It failed on its own, and the client wrote the exception down: its own words. */
+        snprintf(buf + len, size - len, " before it forked the workers: %s", error_file_message(z));
     else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED)
         /* It failed on its own (an exception while loading, an import): its words are on its
          * standard error, not advice about spawn(). */
@@ -699,6 +715,11 @@ xmp_report_to_json(const struct xmp_report *r)
                       "signal", z->signal > 0 ? json_string(sig) : json_null(), "memory",
                       "limit_bytes", int_or_null(z->memory_limit), "peak_bytes",
                       int_or_null(z->memory_peak), "oom_kills", int_or_null(z->oom_kills)));
+        json_t *zo = json_object_get(o, "zygote");
+        json_object_set_new(zo, "error_file",
+                            z->error_file != NULL ? json_incref(z->error_file) : json_null());
+        if (z->error_file_note[0] != '\0')
+            json_object_set_new(zo, "error_file_note", utf8_json(z->error_file_note));
     }
     return o;
 }

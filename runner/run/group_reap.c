@@ -290,6 +290,8 @@ xmp_grp_try_reap_zygote(struct xmp_supervisor *sv)
     if (ret != 0 || si.si_pid == 0)
         return;
     xmp_zygote_finish(sv, &si);
+    if (zy->error_file != NULL)
+        read_error_file(&zy->rep, sv->run_fd, zy->error_file);
     /* Without its zygote the job cannot go on (nor restart): stop the workers. */
     if (sv->n_running > 0 && sv->stopping == XMP_STOP_NONE)
         xmp_grp_stop_all(sv, XMP_STOP_FAILURE, SIGTERM);

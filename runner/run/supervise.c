@@ -605,6 +605,8 @@ cleanup(struct xmp_supervisor *sv)
     if (sv->zy.pidfd >= 0)
         close(sv->zy.pidfd);
     free(sv->zy.path);
+    free(sv->zy.error_file);
+    json_decref(sv->zy.rep.error_file);
     xmp_strv_free(sv->zy.environ);
     for (size_t i = 0; i < sv->n_workers; i++) {
         struct xmp_worker *w = &sv->workers[i];

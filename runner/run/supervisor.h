@@ -67,7 +67,8 @@ struct xmp_zygote {
     struct xmp_cgroup *cg;
     char **environ;
     char *path;
-    int sock; /* xmprun's end of the socketpair; -1 when none */
+    char *error_file; /* its TORCHELASTIC_ERROR_FILE (the clients write an exception there) */
+    int sock;         /* xmprun's end of the socketpair; -1 when none */
     pid_t pid;
     int pidfd;
     struct xmp_spawned spawned;

@@ -175,6 +175,13 @@ xmp_zygote_start(struct xmp_supervisor *sv, struct xmp_error *err)
     snprintf(num, sizeof(num), "%d", (int)getpid());
     env = xmp_strv_setenv(env, "XMPRUN_ZYGOTE_PARENT", num);
     env = xmp_zygote_client_env(sv, env);
+    /* Where the client writes the exception that ends the zygote (the workers get theirs in the
+     * fork), so that the report can say what it was. */
+    free(zy->error_file);
+    zy->error_file = NULL;
+    if (sv->plan.run_dir != NULL &&
+        asprintf(&zy->error_file, "%s/zygote-error.json", sv->plan.run_dir) >= 0)
+        env = xmp_strv_setenv(env, "TORCHELASTIC_ERROR_FILE", zy->error_file);
     zy->environ = env;
     zy->path = xmp_spawn_resolve(sv->plan.workers[0].argv[0], env);
     if (zy->path == NULL) {

@@ -100,6 +100,16 @@ Test(fork, a_zygote_that_exits_0_without_spawning_fails_the_job, .timeout = 120)
                  "must call xmprun.spawn()");
 }
 
+/* A zygote whose preload raises (after `import xmprun`): the client writes the exception to the
+ * zygote's error file, and the root cause quotes it; the report's zygote keeps the file. */
+Test(fork, a_zygote_whose_preload_raises_is_quoted, .timeout = 120)
+{
+    zygote_fails("load-fails", 1, "zygote_exited",
+                 "the zygote exited with status 1 before it forked the workers: "
+                 "FileNotFoundError: checkpoint /ckpt/model.pt not found",
+                 "checkpoint /ckpt/model.pt not found");
+}
+
 Test(fork, spawn_twice_is_refused, .timeout = 120)
 {
     zygote_fails("twice", 1, "zygote_exited",

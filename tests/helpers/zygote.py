@@ -95,6 +95,8 @@ elif MODE == "raise":
         return index
 
     xmp.spawn(boom)
+elif MODE == "load-fails":
+    raise FileNotFoundError("checkpoint /ckpt/model.pt not found")
 elif MODE == "hold":
 
     def hold(index):

@@ -92,7 +92,7 @@ def _set_environ(lib):
     os.environ.update(env)
 
 
-def _write_error_file(exc):
+def _write_error_file(exc, callstack=None):
     """torchelastic's error file format, so the xmprun report shows the traceback."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path:
@@ -101,7 +101,7 @@ def _write_error_file(exc):
         "message": {
             "message": "%s: %s" % (type(exc).__name__, exc),
             "extraInfo": {
-                "py_callstack": traceback.format_exc(),
+                "py_callstack": callstack if callstack is not None else traceback.format_exc(),
                 "timestamp": str(int(time.time())),
             },
         }
@@ -111,6 +111,23 @@ def _write_error_file(exc):
             json.dump(data, f)
     except OSError:
         pass
+
+
+# The zygote (start: fork) is the process that imported this module under xmprun; a forked
+# worker is another process and has its own error file.
+_zygote_pid = os.getpid() if "XMPRUN_ZYGOTE_FD" in os.environ else None
+
+
+def _zygote_excepthook(kind, exc, tb, _previous=sys.excepthook):
+    """An exception that ends the zygote goes to its error file too, so that xmprun's root cause
+    quotes it ("the zygote exited with status 1 before it forked the workers: OSError: ...")."""
+    if os.getpid() == _zygote_pid:
+        _write_error_file(exc, "".join(traceback.format_exception(kind, exc, tb)))
+    _previous(kind, exc, tb)
+
+
+if _zygote_pid is not None:
+    sys.excepthook = _zygote_excepthook
 
 
 def _worker_main(fn, args, rank, result_dir):
