@@ -182,3 +182,63 @@ xmp_gpu_failure_reason(enum xmp_gpu_failure_kind kind)
     }
     return NULL;
 }
+
+bool
+xmp_gpu_xid_parse(const char *line, char *pci, size_t pci_size, int *xid, const char **rest)
+{
+    const char *p = strstr(line, "NVRM: Xid (PCI:"), *end;
+    char *num_end;
+    long v;
+
+    if (p == NULL)
+        return false;
+    p += strlen("NVRM: Xid (PCI:");
+    if ((end = strchr(p, ')')) == NULL || end == p || (size_t)(end - p) >= pci_size)
+        return false;
+    snprintf(pci, pci_size, "%.*s", (int)(end - p), p);
+    p = end + 1;
+    if (*p == ':')
+        p++;
+    v = strtol(p, &num_end, 10);
+    if (num_end == p || v <= 0)
+        return false;
+    *xid = (int)v;
+    p = num_end;
+    while (*p == ',' || *p == ' ')
+        p++;
+    *rest = p;
+    return true;
+}
+
+const char *
+xmp_gpu_xid_name(int xid)
+{
+    /* NVIDIA's Xid catalog: the ones that end jobs or mean failing hardware. */
+    static const struct {
+        int xid;
+        const char *name;
+    } names[] = {
+        {13, "graphics engine exception"},
+        {31, "GPU memory page fault"},
+        {43, "GPU stopped processing"},
+        {45, "preemptive cleanup, due to previous errors"},
+        {48, "double-bit ECC error"},
+        {61, "internal micro-controller breakpoint"},
+        {62, "internal micro-controller halt"},
+        {63, "ECC page retirement or row remapping recording event"},
+        {64, "ECC page retirement or row remapping failure"},
+        {68, "video processor exception"},
+        {74, "NVLink error"},
+        {79, "GPU has fallen off the bus"},
+        {92, "high single-bit ECC error rate"},
+        {94, "contained ECC error"},
+        {95, "uncontained ECC error"},
+        {109, "context switch timeout"},
+        {119, "GSP RPC timeout"},
+        {120, "GSP error"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (names[i].xid == xid)
+            return names[i].name;
+    return NULL;
+}

@@ -28,6 +28,12 @@ struct xmp_gpu_failure {
 
 /* The newest failure the tail's lines name (a "[rankN]: " prefix is skipped); false if none. */
 bool xmp_gpu_failure_find(char *const *lines, size_t n, struct xmp_gpu_failure *out);
+/* An Xid line of the NVIDIA driver's ("NVRM: Xid (PCI:0000:41:00): 79, pid=..., GPU has fallen
+ * off the bus."): the PCI address as printed, the Xid, and what follows it. False otherwise. */
+bool xmp_gpu_xid_parse(const char *line, char *pci, size_t pci_size, int *xid, const char **rest);
+/* What an Xid means, in NVIDIA's words ("GPU has fallen off the bus"), or NULL. */
+const char *xmp_gpu_xid_name(int xid);
+
 /* "root_cause.reason" for a kind: "gpu_oom", "cuda_error", "nccl_error". */
 const char *xmp_gpu_failure_reason(enum xmp_gpu_failure_kind kind);
 

@@ -245,6 +245,30 @@ gpu_failure(const struct xmp_worker_report *w, struct xmp_report *r)
     return true;
 }
 
+/* A worker whose GPU the driver reported a fault for (an Xid) while it ran: not the user's bug,
+ * and the GPU's PCI address is what the admin who drains the node needs. The fault comes first,
+ * then what the worker did. */
+static void
+gpu_fault_first(const struct xmp_worker_report *w, struct xmp_report *r)
+{
+    const struct xmp_gpu_fault *f = w->n_faults > 0 ? &w->faults[0] : NULL;
+    char then[sizeof(r->cause_message)], at[16], name[80] = "";
+    struct tm tm;
+
+    if (f == NULL)
+        return;
+    if (xmp_gpu_xid_name(f->xid) != NULL)
+        snprintf(name, sizeof(name), " (%s)", xmp_gpu_xid_name(f->xid));
+    localtime_r(&f->at.tv_sec, &tm);
+    strftime(at, sizeof(at), "%H:%M:%S", &tm);
+    memcpy(then, r->cause_message, sizeof(then));
+    snprintf(r->cause_reason, sizeof(r->cause_reason), "gpu_fault");
+    if (snprintf(r->cause_message, sizeof(r->cause_message),
+                 "GPU %s (%s) reported Xid %d%s at %s; then %s", f->device, f->pci, f->xid, name,
+                 at, then) < 0)
+        r->cause_message[0] = '\0';
+}
+
 /* How w ended, in words, for who ("worker 3 (cuda:3)", "the zygote"). */
 static void
 describe(const struct xmp_worker_report *w, const char *who, char *buf, size_t size)
@@ -468,6 +492,7 @@ xmp_report_finish(struct xmp_report *r)
             if (p == NULL) {
                 if (!gpu_failure(first, r))
                     xmp_worker_describe(first, r->cause_message, sizeof(r->cause_message));
+                gpu_fault_first(first, r);
                 return;
             }
             worker_who(first, who, sizeof(who));

@@ -83,6 +83,15 @@ struct xmp_worker_report {
      * a regular file. */
     char error_file_note[576];
     char start_error[512]; /* failed_to_start: "exec `x`: No such file or directory" */
+    /* Xid events the kernel logged for the worker's GPUs while it ran (the first few). */
+    struct xmp_gpu_fault {
+        int xid;
+        char device[16]; /* "cuda:3" */
+        char pci[32];    /* as the kernel printed it: "0000:41:00" */
+        char text[200];  /* the rest of the kernel's line */
+        struct timespec at;
+    } faults[4];
+    size_t n_faults;
     /* Killed by its seccomp filter (SIGSYS under a filter that kills): the profile's name
      * (borrowed; NULL otherwise) and the syscall's name when the kernel's audit record gave it. */
     const char *seccomp_profile;

@@ -169,6 +169,19 @@ worker_json(const struct xmp_worker_report *w)
         json_object_set_new(o, "start_error", str_or_null(w->start_error));
     if (w->log_error[0] != '\0')
         json_object_set_new(o, "log_error", json_string(w->log_error));
+    if (w->n_faults > 0) {
+        json_t *faults = json_array();
+        for (size_t i = 0; i < w->n_faults; i++) {
+            const struct xmp_gpu_fault *f = &w->faults[i];
+            const char *name = xmp_gpu_xid_name(f->xid);
+            json_array_append_new(faults,
+                                  json_pack("{s:i, s:o, s:s, s:s, s:o, s:o}", "xid", f->xid, "name",
+                                            name != NULL ? json_string(name) : json_null(),
+                                            "device", f->device, "pci", f->pci, "at",
+                                            time_json(&f->at), "text", utf8_json(f->text)));
+        }
+        json_object_set_new(o, "gpu_faults", faults);
+    }
     return o;
 }
 

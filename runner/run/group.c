@@ -372,6 +372,9 @@ dispatch(struct xmp_supervisor *sv, const struct epoll_event *ev)
     case XMP_EV_STATUS:
         xmp_status_tick(&sv->status);
         return;
+    case XMP_EV_KMSG:
+        xmp_grp_kmsg_read(sv);
+        return;
     }
 }
 
@@ -565,6 +568,7 @@ xmp_group_run(struct xmp_supervisor *sv)
     for (size_t i = 0; sv->fork_mode && i < sv->n_workers; i++)
         xmp_grp_start_worker(sv, &sv->workers[i]);
     write_state(sv);
+    xmp_grp_kmsg_open(sv);
     for (size_t i = 0; i < sv->n_workers; i++)
         if (!sv->workers[i].running && xmp_worker_failed(sv->workers[i].rep))
             xmp_grp_on_worker_failure(sv);
@@ -591,6 +595,9 @@ xmp_group_run(struct xmp_supervisor *sv)
     for (size_t i = 0; i < sv->n_workers; i++)
         drain_streams(sv, &sv->workers[i]);
     service_consoles(sv);
+    /* What the driver logged as the workers died (an Xid often comes just before). */
+    xmp_grp_kmsg_read(sv);
+    xmp_grp_kmsg_close(sv);
 }
 
 void

@@ -54,4 +54,9 @@ void xmp_grp_try_reap_zygote(struct xmp_supervisor *sv);
 int xmp_grp_wait_worker(const struct xmp_worker *w, int options, siginfo_t *si, struct rusage *ru);
 char **xmp_grp_worker_environ(struct xmp_supervisor *sv, const struct xmp_plan_worker *pw);
 
+/* group_kmsg.c: the NVIDIA driver's Xid events for the job's GPUs, from the kernel's log. */
+void xmp_grp_kmsg_open(struct xmp_supervisor *sv);
+void xmp_grp_kmsg_read(struct xmp_supervisor *sv);
+void xmp_grp_kmsg_close(struct xmp_supervisor *sv);
+
 #endif

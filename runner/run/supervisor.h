@@ -37,6 +37,7 @@ enum xmp_ev_kind {
     XMP_EV_ZYGOTE,  /* the zygote's pidfd (start: fork) */
     XMP_EV_ZSOCK,   /* the zygote's socket, until it says it is ready */
     XMP_EV_STATUS,  /* the status line's 1 s timer */
+    XMP_EV_KMSG,    /* the kernel's log, for the GPUs' Xid events */
 };
 
 enum xmp_stop_reason { XMP_STOP_NONE = 0, XMP_STOP_FAILURE, XMP_STOP_TIMEOUT, XMP_STOP_INTERRUPT };
@@ -99,6 +100,7 @@ struct xmp_supervisor {
     int run_fd; /* the job's scratch directory (plan.run_dir), made and opened by xmprun; -1 */
     int epfd;
     int sigfd;
+    int kmsg_fd; /* /dev/kmsg (below XMPRUN_HOST_ROOT in tests) while GPU workers run, or -1 */
     int timerfd;
     int stdin_fd; /* /dev/null when xmprun's stdin is a terminal, else -1 (inherit) */
     struct xmp_console consoles[2]; /* xmprun's stdout and stderr */

@@ -476,3 +476,53 @@ Test(failures, nccl_error_is_named, .timeout = 60)
                          "worker 0 (cpu) hit an NCCL error: invalid usage (Duplicate GPU "
                          "detected : rank 0 and rank 1 both on CUDA device 60)");
 }
+
+/* A GPU fault the driver logs while a worker runs (a stand-in for /dev/kmsg: a FIFO below the
+ * fixture host's root, which the worker writes the driver's line to, for its own GPU's PCI
+ * address): the root cause names the GPU, its PCI address and the Xid first, and the report
+ * keeps the event; the exit status stays the worker's. */
+Test(failures, gpu_fault_from_the_kernel_log_is_named_first, .timeout = 60)
+{
+    struct e2e e;
+    char *root = NULL, *text = NULL, *env = NULL;
+
+    e2e_init(&e);
+    cr_assert(asprintf(&root, "%s/host", e.dir) > 0);
+    char *copy = NULL;
+    cr_assert(asprintf(&copy, "cp -r %s/hosts/gpu4 %s && mkdir -p %s/dev && mkfifo %s/dev/kmsg",
+                       xt_fixtures(), root, root, root) > 0);
+    cr_assert_eq(e2e_sh(&e, 30, copy), 0, "%s", e.r.err);
+    free(copy);
+    /* The driver's line as /dev/kmsg gives it; cp blocks on the FIFO until xmprun reads it (an
+     * xmprun that does not read it: the worker gives up after 5 s and just fails). */
+    free(xt_write_file(e.dir, "xid.txt",
+                       "6,981,84645562,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen "
+                       "off the bus.\n"));
+    cr_assert(asprintf(&text,
+                       "version: 1\nname: gpufault\nworkers: 1\ndevices: {kind: cuda}\n"
+                       "resources: {worker: {cpuset: none}}\n"
+                       "command: 'timeout 5 cp %s/xid.txt %s/dev/kmsg; sleep 0.2; exit 1'\n",
+                       e.dir, root) > 0);
+    e2e_set_spec(&e, text);
+    cr_assert(asprintf(&env, "XMPRUN_HOST_ROOT=%s", root) > 0);
+    char *argv[] = {(char *)xt_bin(), "--report", e.report, e.spec, NULL};
+    char *envp[] = {e.state_env, env, NULL};
+    cr_assert_eq(xt_run(&e.r, argv, envp, e.dir, 60), 0);
+    cr_assert_eq(e.r.status, 1, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *rc = json_object_get(e.rep, "root_cause");
+    cr_expect_str_eq(e2e_str(rc, "reason"), "gpu_fault");
+    const char *msg = e2e_str(rc, "message");
+    const char *want = "GPU cuda:0 (0000:18:00.0) reported Xid 79 (GPU has fallen off the bus) "
+                       "at ";
+    cr_expect(strncmp(msg, want, strlen(want)) == 0 &&
+                  strstr(msg, "; then worker 0 (cuda:0) exited with status 1") != NULL,
+              "%s", msg);
+    json_t *f = json_array_get(json_object_get(e2e_worker(&e, 0), "gpu_faults"), 0);
+    cr_expect_eq(json_integer_value(json_object_get(f, "xid")), 79);
+    cr_expect_str_eq(e2e_str(f, "pci"), "0000:18:00.0");
+    free(env);
+    free(root);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}

@@ -246,3 +246,15 @@ xt_validate_json(const char *schema, const char *json_path, char *msg, size_t ms
     free(schema_path);
     return ret;
 }
+
+size_t
+xt_split_lines(char *text, char **lines, size_t max)
+{
+    char *save = NULL;
+    size_t n = 0;
+
+    for (char *l = strtok_r(text, "\n", &save); l != NULL && n < max;
+         l = strtok_r(NULL, "\n", &save))
+        lines[n++] = l;
+    return n;
+}

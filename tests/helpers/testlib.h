@@ -29,6 +29,9 @@ void xt_result_free(struct xt_result *r);
 char *xt_tmpdir(void);
 char *xt_write_file(const char *dir, const char *name, const char *text);
 char *xt_read_file(const char *path); /* NULL if unreadable */
+/* Splits text in place at its newlines into lines (at most max, empty ones skipped), as the
+ * report keeps a worker's stderr tail. Returns how many. */
+size_t xt_split_lines(char *text, char **lines, size_t max);
 void xt_tmpdir_remove(const char *dir);
 
 /* Validates the JSON file against schemas/<schema> with Debian's python3-jsonschema. Returns 0

@@ -19,14 +19,9 @@ struct tail {
 static void
 load_tail(const char *path, struct tail *t)
 {
-    char *save = NULL;
-
     t->text = xt_read_file(path);
     cr_assert_not_null(t->text, "%s", path);
-    t->n = 0;
-    for (char *l = strtok_r(t->text, "\n", &save); l != NULL && t->n < 64;
-         l = strtok_r(NULL, "\n", &save))
-        t->lines[t->n++] = l;
+    t->n = xt_split_lines(t->text, t->lines, 64);
 }
 
 static void
@@ -123,4 +118,31 @@ Test(gpu, other_failures_are_not_gpu_failures)
                       f.kind);
         free(t.text);
     }
+}
+
+/* The driver's Xid lines as the kernel logged them on the H200 (tests/fixtures/gpu/kmsg-xid.txt),
+ * and the names of the Xids that mean failing hardware. */
+Test(gpu, xid_lines_of_the_driver)
+{
+    char path[4096], pci[32];
+    struct tail t;
+    int xid;
+    const char *rest;
+
+    snprintf(path, sizeof(path), "%s/gpu/kmsg-xid.txt", xt_fixtures());
+    load_tail(path, &t);
+    cr_assert_eq(t.n, 2);
+    cr_assert(xmp_gpu_xid_parse(t.lines[0], pci, sizeof(pci), &xid, &rest));
+    cr_expect_str_eq(pci, "0000:00:06");
+    cr_expect_eq(xid, 43);
+    cr_expect(strncmp(rest, "pid=804, name=python3", 21) == 0, "%s", rest);
+    cr_assert(xmp_gpu_xid_parse(t.lines[1], pci, sizeof(pci), &xid, &rest));
+    cr_expect_eq(xid, 31);
+    cr_expect_not_null(strstr(rest, "MMU Fault"), "%s", rest);
+    free(t.text);
+    cr_expect_str_eq(xmp_gpu_xid_name(79), "GPU has fallen off the bus");
+    cr_expect_str_eq(xmp_gpu_xid_name(43), "GPU stopped processing");
+    cr_expect_null(xmp_gpu_xid_name(999));
+    char other[] = "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04";
+    cr_expect_not(xmp_gpu_xid_parse(other, pci, sizeof(pci), &xid, &rest));
 }

@@ -21,15 +21,10 @@ static void
 load_tail(const char *name, struct tail *t)
 {
     char path[4096];
-    char *save = NULL;
-
     snprintf(path, sizeof(path), "%s/peer/%s.txt", xt_fixtures(), name);
     t->text = xt_read_file(path);
     cr_assert_not_null(t->text, "%s", path);
-    t->n = 0;
-    for (char *l = strtok_r(t->text, "\n", &save); l != NULL && t->n < 64;
-         l = strtok_r(NULL, "\n", &save))
-        t->lines[t->n++] = l;
+    t->n = xt_split_lines(t->text, t->lines, 64);
 }
 
 struct peer_case {
