@@ -6,21 +6,14 @@
 #endif
 #include "runner/report/report.h"
 
-#include "isolate/cgroup.h"
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
 #include "runner/report/gpu.h"
-#include "runner/report/peer.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #ifndef XMP_VERSION
 #define XMP_VERSION "0.0.0"

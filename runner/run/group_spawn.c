@@ -6,23 +6,14 @@
 #include "runner/run/group_internal.h"
 #include "runner/run/zygote.h"
 
-#include "isolate/cleanup.h"
 #include "isolate/file.h"
 #include "runner/run/spawn.h"
-#include "runner/run/state.h"
 #include "runner/util/strv.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/resource.h>
-#include <sys/signalfd.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -5,27 +5,13 @@
 #define _GNU_SOURCE
 #endif
 #include "runner/run/group_internal.h"
-#include "runner/run/zygote.h"
-
-#include "isolate/cleanup.h"
-#include "isolate/file.h"
 #include "runner/run/spawn.h"
-#include "runner/run/state.h"
-#include "runner/util/strv.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/timerfd.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
