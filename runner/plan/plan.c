@@ -482,6 +482,27 @@ resolve_kind(const struct xmp_spec *spec, const struct xmp_host *host, char *con
     return 0;
 }
 
+/* More workers than devices: what is missing, and the two ways to run anyway. */
+static int
+too_few_devices(long workers, long per, const char *name, size_t n_dev, const char *why,
+                struct xmp_error *err)
+{
+    size_t most = n_dev / (size_t)per;
+    char fewer[96];
+
+    if (most > 0)
+        snprintf(fewer, sizeof(fewer), "run at most %zu worker%s (-n %zu)", most,
+                 most == 1 ? "" : "s", most);
+    else
+        snprintf(fewer, sizeof(fewer), "give each worker at most %zu (devices.per_worker)", n_dev);
+    return xmp_error_set(err, 0,
+                         "workers %ld x devices.per_worker %ld need %ld %s devices, but only %zu "
+                         "%s visible%s: %s, or run the workers on CPUs with --set "
+                         "devices.kind=cpu (they then get no %s device)",
+                         workers, per, workers * per, name, n_dev, n_dev == 1 ? "is" : "are", why,
+                         fewer, name);
+}
+
 /* How many workers, and which devices each gets (consecutive groups of per_worker). */
 static int
 resolve_workers(const struct xmp_spec *spec, const struct xmp_host *host, enum xmp_device_kind kind,
@@ -500,10 +521,7 @@ resolve_workers(const struct xmp_spec *spec, const struct xmp_host *host, enum x
         return xmp_error_set(err, 0, "devices.kind %s: no %s device visible%s", name, name, why);
     if (spec->workers > 0) {
         if ((size_t)spec->workers * (size_t)per > n_dev)
-            return xmp_error_set(err, 0,
-                                 "workers %ld x devices.per_worker %ld need %ld %s devices, but "
-                                 "only %zu are visible%s",
-                                 spec->workers, per, spec->workers * per, name, n_dev, why);
+            return too_few_devices(spec->workers, per, name, n_dev, why, err);
         *n_workers = (size_t)spec->workers;
         return 0;
     }
@@ -603,6 +621,7 @@ fill_worker(const struct xmp_spec *spec, const struct xmp_host *host, struct xmp
     w->limits.cpus_milli = spec->worker.cpus_milli;
     w->limits.pids = spec->worker.pids;
     w->limits.has_cpus = has_cpus;
+    w->limits.cpus_auto = spec->worker.cpuset_mode == XMP_CPUSET_AUTO;
     if (has_cpus) {
         w->limits.cpus = *cpus;
         xmp_cpulist_format(cpus, w->cpuset, sizeof(w->cpuset));

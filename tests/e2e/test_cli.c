@@ -174,6 +174,34 @@ Test(cli, plan_that_does_not_fit_the_host_exits_125)
     free(root);
 }
 
+/* Quick mode asking for more workers than GPUs: what is missing, in good grammar, and the two
+ * ways to run anyway (fewer workers, or CPU workers that share no GPU). */
+Test(cli, more_workers_than_gpus_names_the_ways_out)
+{
+    static const struct {
+        const char *visible, *n, *want;
+    } cases[] = {
+        {"CUDA_VISIBLE_DEVICES=3", "8",
+         "workers 8 x devices.per_worker 1 need 8 cuda devices, but only 1 is visible (narrowed "
+         "by CUDA_VISIBLE_DEVICES=3): run at most 1 worker (-n 1), or run the workers on CPUs "
+         "with --set devices.kind=cpu (they then get no cuda device)"},
+        {"CUDA_VISIBLE_DEVICES=3,5", "3",
+         "need 3 cuda devices, but only 2 are visible (narrowed by CUDA_VISIBLE_DEVICES=3,5): "
+         "run at most 2 workers (-n 2), or"},
+    };
+    char *root = host_root("gpu8-2numa");
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct xt_result r;
+        char *envp[] = {root, (char *)cases[i].visible, NULL};
+        cr_assert_eq(cli(&r, envp, "plan", "-n", cases[i].n, "--", "python3", NULL), 125, "%s",
+                     r.err);
+        cr_expect_not_null(strstr(r.err, cases[i].want), "%s", r.err);
+        xt_result_free(&r);
+    }
+    free(root);
+}
+
 Test(cli, spec_less_run_exits_with_the_workers_status, .timeout = 60)
 {
     struct xt_result r;
