@@ -291,9 +291,9 @@ xmp_cgroup_path(const struct xmp_cgroup *cg)
 }
 
 const char *
-xmp_cgroup_devices_note(const struct xmp_cgroup *cg)
+xmp_cgroup_note(const struct xmp_cgroup *cg)
 {
-    return cg->dev_note;
+    return cg->note;
 }
 
 int64_t

@@ -36,12 +36,21 @@ struct xmp_limits {
     int64_t cpus_milli; /* cpu.max / cpu.cfs_quota_us over a 100 ms period */
     int64_t pids;       /* pids.max */
     bool has_cpus;
-    cpu_set_t cpus;   /* cpuset.cpus (mems are copied from the parent) */
+    cpu_set_t cpus; /* cpuset.cpus (mems are copied from the parent) */
+    /* cpus come from `cpuset: auto`: where no cpuset controller is delegated (cgroup v2) the
+     * cgroup gets none, and the worker is pinned by sched_setaffinity alone (a note says so) */
+    bool cpus_auto;
+    /* A job's: xmp_limits_uses() of each of its children, or'ed, so that the controllers they
+     * need are enabled with one write, and only those (cgroup v2) */
+    unsigned children;
     bool has_devices; /* filter device access: v1 devices controller, v2 BPF device program */
     struct xmp_dev_rules devices; /* what the cgroup may open (an allowlist) */
 };
 
 void xmp_limits_init(struct xmp_limits *limits); /* everything unlimited */
+
+/* What limits ask of the cgroup layer, as a mask for a job's xmp_limits.children. */
+unsigned xmp_limits_uses(const struct xmp_limits *limits);
 
 /* Usage read back from a cgroup, for the report. -1 when the kernel does not say. */
 struct xmp_cgroup_stats {
@@ -189,9 +198,11 @@ const char *xmp_cgroup_owner_kind(const char *path);
  * report and messages. */
 const char *xmp_cgroup_path(const struct xmp_cgroup *cg);
 
-/* The device nodes an enclosing v1 devices cgroup does not allow, which cg's device filter left
- * out (a sentence), or "". */
-const char *xmp_cgroup_devices_note(const struct xmp_cgroup *cg);
+/* What the cgroup layer left out for cg, a sentence or "": for a worker the device nodes an
+ * enclosing v1 devices cgroup does not allow, which its device filter left out; for a job the
+ * controllers its own cgroup was not delegated and that it could do without (cgroup v2: memory
+ * accounting without a memory limit, a `cpuset: auto` pinned by affinity alone). */
+const char *xmp_cgroup_note(const struct xmp_cgroup *cg);
 
 /* The memory the cgroup uses now (v2 memory.current, v1 memory.usage_in_bytes), or -1 when it
  * has no memory controller or the read fails. One small read: the live status line calls it

@@ -292,28 +292,42 @@ no_other_children(const char *dir, const char *except)
     return alone;
 }
 
-/* Empties dir's cgroup.subtree_control. Only for the parent of an xmprun-self leaf: it held
- * xmprun before, so its subtree_control was empty then (the "no internal processes" rule),
- * and emptying it again lets processes join it. */
-static void
-restore_subtree_control(const char *dir)
+/* Empties dir's cgroup.subtree_control, in one write (the kernel takes "-a -b"). Only for the
+ * parent of an xmprun-self leaf: it held xmprun before, so its subtree_control was empty then
+ * (the "no internal processes" rule), and emptying it again lets processes join it. */
+static int
+restore_subtree_control(const char *dir, struct xmp_error *err)
 {
-    char sub[256];
+    char sub[256], minus[300] = "";
 
-    if (xmp_cg_read(dir, "cgroup.subtree_control", sub, sizeof(sub), NULL) < 0)
-        return;
-    for (char *tok = strtok(sub, " \n"); tok != NULL; tok = strtok(NULL, " \n")) {
-        char minus[64];
-        snprintf(minus, sizeof(minus), "-%s", tok);
-        xmp_cg_write(dir, "cgroup.subtree_control", minus, NULL);
-    }
+    if (xmp_cg_read(dir, "cgroup.subtree_control", sub, sizeof(sub), err) < 0)
+        return -1;
+    for (char *save = NULL, *tok = strtok_r(sub, " \n", &save); tok != NULL;
+         tok = strtok_r(NULL, " \n", &save))
+        snprintf(minus + strlen(minus), sizeof(minus) - strlen(minus), "%s-%s", minus[0] ? " " : "",
+                 tok);
+    return minus[0] == '\0' ? 0 : xmp_cg_write(dir, "cgroup.subtree_control", minus, err);
+}
+
+/* The parent is a systemd scope that xmprun is alone in (`systemd-run --scope -p Delegate=yes
+ * xmprun`, or the scope it asked systemd for): once xmprun exits the scope is empty, systemd
+ * stops it and removes its cgroup with everything below, the leaf included. Not a service: its
+ * next ExecStart= would be refused by the controllers left enabled. */
+static bool
+systemd_removes(const char *parent)
+{
+    const char *base = strrchr(parent, '/'), *dot;
+
+    if (base == NULL || access("/run/systemd/system", F_OK) < 0)
+        return false;
+    dot = strrchr(base, '.');
+    return dot != NULL && strcmp(dot, ".scope") == 0;
 }
 
 int
 xmp_cgroup_leave_self_leaf(struct xmp_error *err)
 {
     char leaf[XMP_CG_PATH], parent[XMP_CG_PATH];
-    struct xmp_error e = {0};
 
     if (xmp_cgroup_self_leaf(leaf, sizeof(leaf)) == 0)
         return 0;
@@ -321,18 +335,13 @@ xmp_cgroup_leave_self_leaf(struct xmp_error *err)
     /* Only when nothing else is beside the leaf: another job's cgroups there need the
      * controllers this xmprun enabled, and then it cannot move back (the leaf stays for a
      * later gc, once this process is gone). */
-    if (!no_other_children(parent, strrchr(leaf, '/') + 1))
+    if (!no_other_children(parent, strrchr(leaf, '/') + 1) || systemd_removes(parent))
         return 0;
-    if (xmp_cg_write(parent, "cgroup.procs", "0", &e) < 0 && e.errnum == EBUSY) {
-        restore_subtree_control(parent);
-        xmp_error_clear(&e);
-        xmp_cg_write(parent, "cgroup.procs", "0", &e);
-    }
-    if (e.errnum != 0) {
-        if (err != NULL)
-            *err = e;
+    /* The parent has controllers enabled (xmprun enabled them when it moved into the leaf),
+     * which keep any process out of it: no move is tried before they are gone. */
+    if (restore_subtree_control(parent, err) < 0 ||
+        xmp_cg_write(parent, "cgroup.procs", "0", err) < 0)
         return xmp_error_wrap(err, "move xmprun back out of `%s`", leaf);
-    }
     if (rmdir(leaf) < 0)
         return xmp_error_set(err, errno, "rmdir `%s`", leaf);
     return 0;
@@ -361,6 +370,6 @@ xmp_cgroup_gc_leaf(const char *leaf, struct xmp_error *err)
         return xmp_error_set(err, errno, "rmdir `%s`", leaf);
     xmp_cg_parent_dir(leaf, parent, sizeof(parent));
     if (no_other_children(parent, NULL) && xmp_cg_procs_empty_tree(parent))
-        restore_subtree_control(parent);
+        restore_subtree_control(parent, NULL);
     return 1;
 }

@@ -22,6 +22,8 @@ enum {
     XMP_CG_PIDS = 1u << 4,
     XMP_CG_FREEZER = 1u << 5,
     XMP_CG_DEVICES = 1u << 6,
+    /* Not a controller: a cpuset from `cpuset: auto`, which may do without one (cgroup v2) */
+    XMP_CG_CPUSET_AUTO = 1u << 7,
 };
 
 struct xmp_cg_hier {
@@ -131,10 +133,10 @@ struct xmp_cgroup {
         int fd;
     } held[XMP_CGROUP_HELD];
     size_t n_held;
-    bool holding;       /* in xmp_cgroup_hold: the reads below open and keep */
-    bool released;      /* handed to the remover: nobody else touches it until the settle */
-    bool gone;          /* the remover removed all its directories (read after the thread's join) */
-    char dev_note[512]; /* the device nodes an enclosing v1 devices cgroup made it leave out */
+    bool holding;   /* in xmp_cgroup_hold: the reads below open and keep */
+    bool released;  /* handed to the remover: nobody else touches it until the settle */
+    bool gone;      /* the remover removed all its directories (read after the thread's join) */
+    char note[512]; /* what was left out (see xmp_cgroup_note) */
     char rel[XMP_CG_PATH];  /* below xmprun's own cgroup: "xmprun-a-1" or ".../worker-0" */
     char path[XMP_CG_PATH]; /* for the report: relative to the (unified) hierarchy root */
     /* Precomputed per hierarchy, so that attach needs no allocation in a forked child; the

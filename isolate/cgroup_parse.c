@@ -5,6 +5,7 @@
 #define _GNU_SOURCE /* cpu_set_t macros */
 #endif
 #include "isolate/cgroup.h"
+#include "isolate/cgroup_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -41,6 +42,22 @@ xmp_limits_init(struct xmp_limits *limits)
     limits->pids = -1;
     limits->has_cpus = false;
     CPU_ZERO(&limits->cpus);
+}
+
+unsigned
+xmp_limits_uses(const struct xmp_limits *l)
+{
+    unsigned uses = 0;
+
+    if (l->memory >= 0 || l->memory_high >= 0 || l->memory_min >= 0 || l->swap >= 0)
+        uses |= XMP_CG_MEMORY;
+    if (l->cpus_milli >= 0)
+        uses |= XMP_CG_CPU;
+    if (l->pids >= 0)
+        uses |= XMP_CG_PIDS;
+    if (l->has_cpus)
+        uses |= l->cpus_auto ? XMP_CG_CPUSET_AUTO : XMP_CG_CPUSET;
+    return uses;
 }
 
 /* ---- pure helpers ---- */

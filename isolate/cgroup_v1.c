@@ -292,11 +292,11 @@ write_devices(struct xmp_cgroup *cg, const char *dir, const struct xmp_dev_rules
     }
     /* (a truncated note is still a note; testing the result keeps -Wformat-truncation quiet) */
     if (nodes[0] != '\0' &&
-        snprintf(cg->dev_note, sizeof(cg->dev_note),
+        snprintf(cg->note, sizeof(cg->note),
                  "the enclosing devices cgroup %s does not allow %s: left out of the workers' "
                  "device filter",
                  h->proc, nodes) < 0)
-        cg->dev_note[0] = '\0';
+        cg->note[0] = '\0';
     return 0;
 }
 

@@ -20,16 +20,15 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The controllers a job needs: the first three always (limits of every worker), cpuset when a
- * cpuset is asked for (it is the one delegations most often leave out). */
+/* The controllers xmprun enables (cgroup v2 names), and what needs each when one is missing. */
 static const struct {
     const char *name;
     unsigned bit;
-} wanted[] = {{"memory", XMP_CG_MEMORY},
-              {"cpu", XMP_CG_CPU},
-              {"pids", XMP_CG_PIDS},
-              {"cpuset", XMP_CG_CPUSET}};
-#define N_REQUIRED 3
+    const char *why;
+} ctrl[] = {{"memory", XMP_CG_MEMORY, "a memory limit"},
+            {"cpu", XMP_CG_CPU, "a CPU quota"},
+            {"pids", XMP_CG_PIDS, "a process limit"},
+            {"cpuset", XMP_CG_CPUSET, "a cpuset"}};
 
 static bool
 word_in(const char *text, const char *word)
@@ -155,68 +154,78 @@ move_self_to_leaf(const char *own, struct xmp_error *err)
     return xmp_cg_write(leaf, "cgroup.procs", "0", err);
 }
 
-/* Enables the needed controllers in dir's cgroup.subtree_control (dir = xmprun's own cgroup or
- * the job). allow_move: dir is xmprun's own cgroup, which may hold xmprun itself. */
+/* Enables in dir's cgroup.subtree_control the controllers in need, and those in want that are
+ * delegated to it, with one write (the kernel takes "+a +b"); *enabled gets what is enabled
+ * after. A missing controller in need is an error that names it and what needs it; one in
+ * want is left out (the job's note says what that costs). allow_move: dir is xmprun's own
+ * cgroup, which may hold xmprun itself; the move into a leaf is then made only when the kernel
+ * refuses the write for it, since threaded controllers (cpu, pids, cpuset) may be enabled
+ * beside processes and only the domain ones (memory) may not. */
 static int
-enable_controllers(const char *dir, bool allow_move, unsigned *enabled, struct xmp_error *err)
+enable_controllers(const char *dir, unsigned need, unsigned want, bool allow_move,
+                   unsigned *enabled, struct xmp_error *err)
 {
-    char avail[256], sub[256], missing[64] = "";
+    char avail[256], sub[256], missing[160] = "", plus[64] = "", names[64] = "";
+    unsigned have = 0, add = 0;
+    struct xmp_error e = {0};
 
     if (xmp_cg_read(dir, "cgroup.controllers", avail, sizeof(avail), err) < 0 ||
         xmp_cg_read(dir, "cgroup.subtree_control", sub, sizeof(sub), err) < 0)
         return -1;
-    /* Name every missing controller before changing anything. */
-    for (size_t i = 0; i < N_REQUIRED; i++)
-        if (!word_in(avail, wanted[i].name))
-            snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), "%s%s",
-                     missing[0] ? ", " : "", wanted[i].name);
+    for (size_t i = 0; i < sizeof(ctrl) / sizeof(ctrl[0]); i++) {
+        size_t len = strlen(missing);
+        if (word_in(sub, ctrl[i].name))
+            have |= ctrl[i].bit;
+        else if (word_in(avail, ctrl[i].name) && ((need | want) & ctrl[i].bit))
+            add |= ctrl[i].bit;
+        else if (need & ctrl[i].bit)
+            snprintf(missing + len, sizeof(missing) - len, "%s%s (for %s)", len ? ", " : "",
+                     ctrl[i].name, ctrl[i].why);
+    }
     if (missing[0] != '\0') {
         xmp_error_set(err, 0,
-                      "cgroup controllers %s are not delegated to `%.64s` (ask for them: systemd "
+                      "cgroup controller%s %s %s not delegated to `%.64s` (ask for %s: systemd "
                       "Delegate=yes or DelegateControllers=, or set isolation.cgroups: optional)",
-                      missing, dir);
+                      strchr(missing, ',') ? "s" : "", missing, strchr(missing, ',') ? "are" : "is",
+                      dir, strchr(missing, ',') ? "them" : "it");
         if (err != NULL)
             err->errnum = ENODEV;
         return -1;
     }
-    *enabled = 0;
-    for (size_t i = 0; i < sizeof(wanted) / sizeof(wanted[0]); i++) {
-        char plus[32];
-        struct xmp_error e = {0};
-
-        if (!word_in(avail, wanted[i].name))
-            continue; /* cpuset: create_child says so if a worker asks for a cpuset */
-        if (word_in(sub, wanted[i].name)) {
-            *enabled |= wanted[i].bit;
-            continue;
+    *enabled = have;
+    if (add == 0)
+        return 0;
+    for (size_t i = 0; i < sizeof(ctrl) / sizeof(ctrl[0]); i++)
+        if (add & ctrl[i].bit) {
+            snprintf(plus + strlen(plus), sizeof(plus) - strlen(plus), "%s+%s", plus[0] ? " " : "",
+                     ctrl[i].name);
+            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
+                     names[0] ? ", " : "", ctrl[i].name);
         }
-        snprintf(plus, sizeof(plus), "+%s", wanted[i].name);
-        if (xmp_cg_write(dir, "cgroup.subtree_control", plus, &e) < 0 && e.errnum == EBUSY &&
-            allow_move) {
-            if (move_self_to_leaf(dir, err) < 0)
-                return xmp_error_wrap(err, "move xmprun out of its own cgroup");
-            allow_move = false;
-            xmp_error_clear(&e);
-            xmp_cg_write(dir, "cgroup.subtree_control", plus, &e);
-        }
-        /* The advice fits who runs xmprun: root's scopes live in the system manager, a user's
-         * in their own (`systemd-run --user`, whose Delegate= a user may ask for). */
-        if (e.errnum == EBUSY)
-            return xmp_error_set(err, EBUSY,
-                                 "cannot enable %s in `%.64s`: other processes are in it; run "
-                                 "xmprun in a cgroup of its own (%s)",
-                                 wanted[i].name, dir,
-                                 geteuid() == 0 ? "systemd-run --scope -p Delegate=yes xmprun "
-                                                  "..., or a dedicated child cgroup"
-                                                : "systemd-run --user --scope -p Delegate=yes "
-                                                  "xmprun ...");
-        if (e.errnum != 0) {
-            if (err != NULL)
-                *err = e;
-            return -1;
-        }
-        *enabled |= wanted[i].bit;
+    if (xmp_cg_write(dir, "cgroup.subtree_control", plus, &e) < 0 && e.errnum == EBUSY &&
+        allow_move) {
+        if (move_self_to_leaf(dir, err) < 0)
+            return xmp_error_wrap(err, "move xmprun out of its own cgroup");
+        xmp_error_clear(&e);
+        xmp_cg_write(dir, "cgroup.subtree_control", plus, &e);
     }
+    /* The advice fits who runs xmprun: root's scopes live in the system manager, a user's in
+     * their own (`systemd-run --user`, whose Delegate= a user may ask for). */
+    if (e.errnum == EBUSY)
+        return xmp_error_set(err, EBUSY,
+                             "cannot enable %s in `%.64s`: other processes are in it; run xmprun "
+                             "in a cgroup of its own (%s)",
+                             names, dir,
+                             geteuid() == 0 ? "systemd-run --scope -p Delegate=yes xmprun ..., "
+                                              "or a dedicated child cgroup"
+                                            : "systemd-run --user --scope -p Delegate=yes "
+                                              "xmprun ...");
+    if (e.errnum != 0) {
+        if (err != NULL)
+            *err = e;
+        return -1;
+    }
+    *enabled = have | add;
     return 0;
 }
 
@@ -249,7 +258,8 @@ v2_values(struct xmp_cgroup *cg, const struct xmp_limits *l, struct xmp_cg_value
         if (xmp_cg_values_add(vals, u, "cpu.max", v, err) < 0)
             return -1;
     }
-    if (l->has_cpus) {
+    /* cpuset: auto without a cpuset controller: pinned by affinity alone (the job's note). */
+    if (l->has_cpus && ((h->ctrls & XMP_CG_CPUSET) || !l->cpus_auto)) {
         char cpus[1024], pdir[XMP_CG_PATH];
         if (!(h->ctrls & XMP_CG_CPUSET))
             return xmp_error_set(err, ENODEV,
@@ -282,6 +292,39 @@ v2_values(struct xmp_cgroup *cg, const struct xmp_limits *l, struct xmp_cg_value
     return 0;
 }
 
+/* The controllers uses (xmp_limits_uses bits) cannot do without, and those worth enabling where
+ * delegated: memory always (a worker's peak and its OOM kills in the report), cpuset for
+ * `cpuset: auto` (sched_setaffinity pins the worker without one). */
+static unsigned
+needed(unsigned uses)
+{
+    return uses & (XMP_CG_MEMORY | XMP_CG_CPU | XMP_CG_PIDS | XMP_CG_CPUSET);
+}
+
+static unsigned
+wanted(unsigned uses)
+{
+    return XMP_CG_MEMORY | (uses & XMP_CG_CPUSET_AUTO ? XMP_CG_CPUSET : 0);
+}
+
+/* The job's note: what its workers go without because a wanted controller is not delegated. */
+static void
+note_missing(struct xmp_cgroup *job, const char *own, unsigned uses, unsigned enabled)
+{
+    size_t len = 0;
+
+    if (!(enabled & XMP_CG_MEMORY))
+        len += (size_t)snprintf(job->note, sizeof(job->note),
+                                "the memory controller is not delegated to `%.200s`: no memory "
+                                "peak or OOM kill counts for the workers",
+                                own);
+    if ((uses & XMP_CG_CPUSET_AUTO) && !(enabled & XMP_CG_CPUSET) && len < sizeof(job->note))
+        snprintf(job->note + len, sizeof(job->note) - len,
+                 "%sthe cpuset controller is not delegated to `%.200s`: the workers are pinned to "
+                 "their CPUs (cpuset: auto) by sched_setaffinity alone",
+                 len > 0 ? "; " : "", own);
+}
+
 static int
 v2_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_error *err)
 {
@@ -289,11 +332,21 @@ v2_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
     struct xmp_cg_hier *h = &lay->h[lay->unified];
     const char *dir = cg->dir[lay->unified];
     struct xmp_cg_values vals = {0};
+    unsigned uses = xmp_limits_uses(limits) | limits->children, p_enabled = 0;
     char pdir[XMP_CG_PATH];
 
+    xmp_cg_parent_dir(dir, pdir, sizeof(pdir));
     if (cg->parent == NULL) {
-        xmp_cg_parent_dir(dir, pdir, sizeof(pdir));
-        if (enable_controllers(pdir, true, &h->ctrls, err) < 0)
+        if (enable_controllers(pdir, needed(uses), wanted(uses), true, &p_enabled, err) < 0)
+            return -1;
+        h->ctrls = p_enabled; /* what the job's own directory has */
+    } else if (needed(uses) & ~h->ctrls) {
+        /* A child that needs more than the job's limits.children said: enable it in xmprun's
+         * own cgroup and the job, as the job's creation would have. */
+        char own[XMP_CG_PATH];
+        xmp_cg_parent_dir(pdir, own, sizeof(own));
+        if (enable_controllers(own, needed(uses), 0, false, &p_enabled, err) < 0 ||
+            enable_controllers(pdir, needed(uses), 0, false, &h->ctrls, err) < 0)
             return -1;
     }
     if (v2_values(cg, limits, &vals, err) < 0)
@@ -302,9 +355,12 @@ v2_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
     if (xmp_cg_lc_create(cg, cg->own, &vals, err) < 0)
         goto fail;
     if (cg->parent == NULL) {
-        unsigned enabled = 0;
-        if (enable_controllers(dir, false, &enabled, err) < 0)
+        /* The job enables for its workers what they use, from what its own cgroup has. */
+        unsigned children = needed(limits->children);
+        if (enable_controllers(dir, children, wanted(limits->children) & p_enabled, false,
+                               &h->ctrls, err) < 0)
             goto fail;
+        note_missing(cg, pdir, limits->children, h->ctrls);
         /* Once per job, what the kernel offers (see struct xmp_cg_caps). */
         lay->caps.v2_kill = xmp_cg_exists(dir, "cgroup.kill");
         lay->caps.v2_cpu_stat = true;
@@ -347,16 +403,19 @@ v2_read_stats(struct xmp_cgroup *cg, struct xmp_cgroup_stats *st, struct xmp_err
     size_t u = (size_t)cg->layout->unified;
     char buf[1024];
 
-    /* memory.peak exists from Linux 5.19; before it the report says "unknown" (-1). */
-    if (cg->layout->caps.peak) {
+    /* memory.peak exists from Linux 5.19; before it the report says "unknown" (-1), as it does
+     * without a memory controller (see note_missing). */
+    if (cg->layout->caps.peak && (cg->layout->h[u].ctrls & XMP_CG_MEMORY)) {
         if (xmp_cg_held_read(cg, u, "memory.peak", buf, sizeof(buf), err) < 0)
             return -1;
         st->memory_peak = strtoll(buf, NULL, 10);
     }
-    if (xmp_cg_held_read(cg, u, "memory.events", buf, sizeof(buf), err) < 0)
-        return -1;
-    st->oom_kills = xmp_cg_keyed(buf, "oom_kill");
-    /* pids.events exists where the pids controller is enabled (always, for a job's cgroups). */
+    if (cg->layout->h[u].ctrls & XMP_CG_MEMORY) {
+        if (xmp_cg_held_read(cg, u, "memory.events", buf, sizeof(buf), err) < 0)
+            return -1;
+        st->oom_kills = xmp_cg_keyed(buf, "oom_kill");
+    }
+    /* pids.events exists where a process limit enabled the pids controller. */
     if (xmp_cg_held_read(cg, u, "pids.events", buf, sizeof(buf), NULL) == 0)
         st->pids_hits = xmp_cg_keyed(buf, "max");
     if (xmp_cg_held_read(cg, u, "cpu.stat", buf, sizeof(buf), err) < 0)

@@ -83,9 +83,25 @@ destroy_worker_cgroups(struct xmp_supervisor *sv)
     }
 }
 
+/* What the cgroup layer left out, on stderr and in the report's cgroup.note, once for the job:
+ * its workers share the enclosing cgroup and the shared nodes. */
+static void
+add_note(struct xmp_supervisor *sv, const char *note)
+{
+    size_t len = strlen(sv->report.cgroup_note);
+
+    if (note[0] == '\0' || strstr(sv->report.cgroup_note, note) != NULL)
+        return;
+    if (!xmp_quiet(sv))
+        fprintf(stderr, "xmprun: note: %s\n", note);
+    snprintf(sv->report.cgroup_note + len, sizeof(sv->report.cgroup_note) - len, "%s%s",
+             len > 0 ? "; " : "", note);
+}
+
 static int
 create_worker_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
 {
+    add_note(sv, xmp_cgroup_note(sv->job_cg));
     for (size_t i = 0; i < sv->n_workers; i++) {
         struct xmp_worker *w = &sv->workers[i];
         char name[32];
@@ -98,31 +114,31 @@ create_worker_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
             xmp_file_explain_emfile(err);
             return xmp_error_wrap(err, "worker %d", w->pw->rank);
         }
-        /* Once for the job: its workers share the enclosing cgroup and the shared nodes. */
-        const char *note = xmp_cgroup_devices_note(w->cg);
-        if (note[0] != '\0' && strstr(sv->report.cgroup_note, note) == NULL) {
-            if (!xmp_quiet(sv))
-                fprintf(stderr, "xmprun: note: %s\n", note);
-            size_t len = strlen(sv->report.cgroup_note);
-            snprintf(sv->report.cgroup_note + len, sizeof(sv->report.cgroup_note) - len, "%s%s",
-                     len > 0 ? "; " : "", note);
-        }
+        add_note(sv, xmp_cgroup_note(w->cg));
     }
     return 0;
 }
 
 /* start: fork: the zygote's cgroup holds the preloaded pages, charged once, with the limit
  * resources.shared.memory. */
-static int
-create_zygote_cgroup(struct xmp_supervisor *sv, struct xmp_error *err)
+static struct xmp_limits
+zygote_limits(const struct xmp_supervisor *sv)
 {
     struct xmp_limits limits;
 
-    if (!sv->fork_mode)
-        return 0;
     xmp_limits_init(&limits);
     limits.memory = sv->spec->shared_memory > 0 ? sv->spec->shared_memory : -1;
     limits.memory_min = limits.memory; /* see job_limits */
+    return limits;
+}
+
+static int
+create_zygote_cgroup(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    struct xmp_limits limits = zygote_limits(sv);
+
+    if (!sv->fork_mode)
+        return 0;
     if (xmp_cgroup_create_child(sv->job_cg, "zygote", &limits, &sv->zy.cg, err) < 0)
         return xmp_error_wrap(err, "zygote");
     return 0;
@@ -190,6 +206,13 @@ job_limits(const struct xmp_supervisor *sv)
 
     if (sv->fork_mode && sv->spec->shared_memory > 0)
         l.memory_min = sv->spec->shared_memory;
+    /* What the workers (and the zygote: memory) need enabled below the job, said at once. */
+    for (size_t i = 0; i < sv->n_workers; i++)
+        l.children |= xmp_limits_uses(&sv->workers[i].pw->limits);
+    if (sv->fork_mode) {
+        struct xmp_limits zl = zygote_limits(sv);
+        l.children |= xmp_limits_uses(&zl);
+    }
     return l;
 }
 

@@ -13,11 +13,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 struct e2e {
@@ -433,6 +436,60 @@ e2e_run_hidden_mounts(struct e2e *e, const char *skip, const char *prep, const c
         1);
     int status = e2e_sh(e, 90, script);
     free(script);
+    return status;
+}
+
+/* ---- pure cgroup v2 (run in the guest by tests/run-v2.sh) ---- */
+
+/* A child cgroup of the test's own one, for xmprun to start in, as a fresh scope or a
+ * container's cgroup would be; "" when not on pure v2 as root. */
+static inline void
+make_v2_cgroup(const char *tag, char *dir, size_t size)
+{
+    static char dirs[16][4096];
+    struct statfs sf;
+
+    dir[0] = '\0';
+    if (geteuid() != 0 || statfs("/sys/fs/cgroup", &sf) < 0 || sf.f_type != CGROUP2_SUPER_MAGIC ||
+        e2e_own_cgroup_dirs(dirs, 16) != 1)
+        return;
+    cr_assert(snprintf(dir, size, "%s/xmptest-%s-%d", dirs[0], tag, (int)getpid()) < (int)size);
+    cr_assert_eq(mkdir(dir, 0755), 0, "mkdir %s: %s", dir, strerror(errno));
+}
+
+/* The names of the subdirectories of dir, space-separated ("" when none). */
+static inline void
+subdirs(const char *dir, char *buf, size_t size)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    size_t o = 0;
+
+    buf[0] = '\0';
+    while (d != NULL && (de = readdir(d)) != NULL)
+        if (de->d_type == DT_DIR && de->d_name[0] != '.' && o < size)
+            o += (size_t)snprintf(buf + o, size - o, "%s ", de->d_name);
+    if (d != NULL)
+        closedir(d);
+}
+
+/* Runs `sh -c script` with $CG set to the test cgroup. */
+static inline int sh_in(struct e2e *e, const char *cg, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static inline int
+sh_in(struct e2e *e, const char *cg, const char *fmt, ...)
+{
+    char script[4096], *full = NULL;
+    va_list ap;
+    int status;
+
+    va_start(ap, fmt);
+    vsnprintf(script, sizeof(script), fmt, ap);
+    va_end(ap);
+    cr_assert(asprintf(&full, "export CG='%s'; %s", cg, script) > 0);
+    status = e2e_sh(e, 600, full);
+    free(full);
     return status;
 }
 

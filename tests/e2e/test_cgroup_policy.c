@@ -4,6 +4,8 @@
  * report); optional: warn once, run without limits and say so in the report; off: no cgroups. */
 #include "e2e/e2e.h"
 
+#include <fcntl.h>
+
 /* Runs xmprun on job.yaml with every cgroup mount read-only, in a private mount namespace. */
 static int
 run_readonly(struct e2e *e)
@@ -99,5 +101,134 @@ Test(cgroup_policy, off_uses_no_cgroups, .timeout = 120)
     cr_assert_str_eq(e2e_str(json_object_get(e.rep, "cgroup"), "mode"), "none");
     cr_assert_null(strstr(e.r.out, "worker-0"), "out:\n%s", e.r.out);
     e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* ---- cgroup v2 delegation (run in the guest by tests/run-v2.sh) ---- */
+
+/* Runs xmprun alone in cg (a cgroup it may delegate from), quietly. */
+static int
+run_alone_in(struct e2e *e, const char *cg, const char *args)
+{
+    return sh_in(e, cg,
+                 "sh -c 'echo $$ > \"$CG/cgroup.procs\" && exec \"$XMPRUN\" -q %s --report "
+                 "\"$REPORT\" \"$SPEC\"'",
+                 args);
+}
+
+/* Writes text to dir/cgroup.subtree_control; false when the kernel refuses. */
+static bool
+subtree_control(const char *dir, const char *text)
+{
+    char path[4400];
+    int fd;
+    bool ok;
+
+    snprintf(path, sizeof(path), "%s/cgroup.subtree_control", dir);
+    fd = open(path, O_WRONLY | O_CLOEXEC);
+    ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* A file a worker wrote, without its trailing newline. */
+static char *
+worker_file(struct e2e *e, const char *name)
+{
+    char *path = e2e_path(e, name), *text = xt_read_file(path);
+
+    cr_assert_not_null(text, "the worker wrote no %s", path);
+    text[strcspn(text, "\n")] = '\0';
+    free(path);
+    return text;
+}
+
+/* The job enables for its workers the controllers their limits use and no more: memory (also
+ * for the report's peak and OOM kills) and cpuset (cpuset: auto) always; cpu only for a CPU
+ * quota, pids only for a process limit. Each costs its write, and its disable at the end. */
+Test(cgroup_policy, v2_enables_only_the_controllers_the_spec_needs, .timeout = 900)
+{
+    static const struct {
+        const char *set, *want;
+    } cases[] = {
+        {"", "cpuset memory"},
+        {"--set resources.worker.cpus=1 --set resources.worker.pids=64", "cpuset cpu memory pids"}};
+    char cg[4200], left[4096];
+    struct e2e e;
+
+    make_v2_cgroup("needs", cg, sizeof(cg));
+    if (cg[0] == '\0')
+        cr_skip_test("needs root on a pure cgroup v2 host (tests/run-v2.sh runs it)");
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: needs\n"
+                 "workers: 1\n"
+                 "devices: {kind: cpu}\n"
+                 "resources: {worker: {memory: 64Mi}}\n"
+                 "command: ['sh', '-c', 'cat \"/sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/"
+                 "../cgroup.subtree_control\" > %2$s/ctl']\n");
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int status = run_alone_in(&e, cg, cases[i].set);
+        subdirs(cg, left, sizeof(left));
+        cr_assert_eq(status, 0, "%s: stderr:\n%s", cases[i].set, e.r.err);
+        cr_assert_str_eq(left, "", "%s left %s", cases[i].set, left);
+        char *ctl = worker_file(&e, "ctl");
+        cr_expect_str_eq(ctl, cases[i].want, "%s: the job enabled \"%s\"", cases[i].set, ctl);
+        free(ctl);
+    }
+    rmdir(cg);
+    e2e_fini(&e);
+}
+
+/* A cgroup that is delegated memory alone (a user manager's default, a GPU node's slice): a job
+ * with a memory limit runs, its cpuset: auto pinned by sched_setaffinity and the report saying
+ * so; a CPU quota is refused, naming the controller it needs and nothing else. */
+Test(cgroup_policy, v2_memory_only_delegation, .timeout = 900)
+{
+    char cg[4200], mem[4300], left[4096];
+    struct e2e e;
+    int status;
+
+    make_v2_cgroup("memonly", cg, sizeof(cg));
+    if (cg[0] == '\0')
+        cr_skip_test("needs root on a pure cgroup v2 host (tests/run-v2.sh runs it)");
+    snprintf(mem, sizeof(mem), "%s/m", cg);
+    cr_assert(subtree_control(cg, "+memory"), "+memory in %s: %s", cg, strerror(errno));
+    cr_assert_eq(mkdir(mem, 0755), 0, "mkdir %s: %s", mem, strerror(errno));
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: memonly\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "resources: {worker: {memory: 64Mi}}\n"
+                 "command: ['sh', '-c', 'grep Cpus_allowed_list /proc/self/status | cut -f2 > "
+                 "%2$s/cpus-$RANK']\n");
+    status = run_alone_in(&e, mem, "");
+    subdirs(mem, left, sizeof(left));
+    cr_assert_eq(status, 0, "stderr:\n%s", e.r.err);
+    cr_assert_str_eq(left, "", "left %s", left);
+    e2e_load_report(&e);
+    const char *note = e2e_str(json_object_get(e.rep, "cgroup"), "note");
+    cr_expect(strstr(note, "cpuset controller is not delegated") != NULL &&
+                  strstr(note, "sched_setaffinity") != NULL,
+              "cgroup.note: %s", note);
+    for (size_t i = 0; i < 2; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "cpus-%zu", i);
+        char *cpus = worker_file(&e, name);
+        cr_expect_str_eq(cpus, e2e_str(e2e_worker(&e, i), "cpuset"), "worker %zu", i);
+        free(cpus);
+    }
+
+    status = run_alone_in(&e, mem, "--set resources.worker.cpus=2");
+    subdirs(mem, left, sizeof(left));
+    rmdir(mem);
+    subtree_control(cg, "-memory");
+    rmdir(cg);
+    cr_assert_eq(status, 125, "stderr:\n%s", e.r.err);
+    cr_expect(strstr(e.r.err, "cgroup controller cpu (for a CPU quota) is not delegated") != NULL,
+              "%s", e.r.err);
+    cr_assert_str_eq(left, "", "the refused start left %s", left);
     e2e_fini(&e);
 }

@@ -522,58 +522,6 @@ Test(lifecycle, gc_thaws_a_frozen_orphan, .timeout = 120)
 
 /* ---- pure cgroup v2 (run in the guest by tests/run-v2.sh) ---- */
 
-/* A child cgroup of the test's own one, for xmprun to start in, as a fresh scope or a
- * container's cgroup would be; "" when not on pure v2 as root. */
-static void
-make_v2_cgroup(const char *tag, char *dir, size_t size)
-{
-    static char dirs[16][4096];
-    struct statfs sf;
-
-    dir[0] = '\0';
-    if (geteuid() != 0 || statfs("/sys/fs/cgroup", &sf) < 0 || sf.f_type != CGROUP2_MAGIC ||
-        e2e_own_cgroup_dirs(dirs, 16) != 1)
-        return;
-    cr_assert(snprintf(dir, size, "%s/xmptest-%s-%d", dirs[0], tag, (int)getpid()) < (int)size);
-    cr_assert_eq(mkdir(dir, 0755), 0, "mkdir %s: %s", dir, strerror(errno));
-}
-
-/* The names of the subdirectories of dir, space-separated ("" when none). */
-static void
-subdirs(const char *dir, char *buf, size_t size)
-{
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    size_t o = 0;
-
-    buf[0] = '\0';
-    while (d != NULL && (de = readdir(d)) != NULL)
-        if (de->d_type == DT_DIR && de->d_name[0] != '.' && o < size)
-            o += (size_t)snprintf(buf + o, size - o, "%s ", de->d_name);
-    if (d != NULL)
-        closedir(d);
-}
-
-/* Runs `sh -c script` with $CG set to the test cgroup. */
-static int sh_in(struct e2e *e, const char *cg, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int
-sh_in(struct e2e *e, const char *cg, const char *fmt, ...)
-{
-    char script[4096], *full = NULL;
-    va_list ap;
-    int status;
-
-    va_start(ap, fmt);
-    vsnprintf(script, sizeof(script), fmt, ap);
-    va_end(ap);
-    cr_assert(asprintf(&full, "export CG='%s'; %s", cg, script) > 0);
-    status = e2e_sh(e, 600, full);
-    free(full);
-    return status;
-}
-
 /* Started alone in a non-root cgroup, xmprun moves itself into an xmprun-self-<pid> leaf to
  * enable controllers there; at exit it moves back and removes the leaf, so that nothing piles
  * up and the next process can join that cgroup. Sharing it with its parent shell, it refuses

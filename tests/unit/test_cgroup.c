@@ -457,3 +457,27 @@ Test(cgroup_procs, a_short_read_is_the_end, .timeout = 10)
     xt_tmpdir_remove(dir);
     free(dir);
 }
+
+/* What limits ask of the cgroup layer: a controller for each limit that needs one, the memory
+ * protection and swap among them, and `cpuset: auto` apart from an explicit cpuset (it may do
+ * without a cpuset controller). */
+Test(limits, uses_name_what_each_limit_needs)
+{
+    struct xmp_limits l;
+
+    xmp_limits_init(&l);
+    cr_assert_eq(xmp_limits_uses(&l), 0u);
+    l.memory_min = 1 << 20;
+    cr_assert_eq(xmp_limits_uses(&l), (unsigned)XMP_CG_MEMORY);
+    xmp_limits_init(&l);
+    l.swap = 0;
+    cr_assert_eq(xmp_limits_uses(&l), (unsigned)XMP_CG_MEMORY);
+    l.cpus_milli = 500;
+    l.pids = 16;
+    cr_assert_eq(xmp_limits_uses(&l), (unsigned)(XMP_CG_MEMORY | XMP_CG_CPU | XMP_CG_PIDS));
+    xmp_limits_init(&l);
+    l.has_cpus = true;
+    cr_assert_eq(xmp_limits_uses(&l), (unsigned)XMP_CG_CPUSET);
+    l.cpus_auto = true;
+    cr_assert_eq(xmp_limits_uses(&l), (unsigned)XMP_CG_CPUSET_AUTO);
+}

@@ -7,18 +7,18 @@
 #endif
 #include "unit/cgroup_live_helpers.h"
 
-/* Child side: create_job must fail with errno e1 (or e2) and a message holding both hints. */
+/* Child side: create_job (with limits l, NULL for none) must fail with errno e1 (or e2) and a
+ * message holding both hints. */
 static const char *
-expect_create_error(const char *what, int e1, int e2, const char *hint1, const char *hint2)
+expect_create_error(const char *what, const struct xmp_limits *l, int e1, int e2, const char *hint1,
+                    const char *hint2)
 {
     struct xmp_cgroup *job = NULL;
-    struct xmp_limits l;
     struct xmp_error err = {0};
     char name[128];
 
-    xmp_limits_init(&l);
     job_name(name, sizeof(name), what);
-    if (xmp_cgroup_create_job(MODE, name, &l, &job, &err) == 0) {
+    if (xmp_cgroup_create_job(MODE, name, l, &job, &err) == 0) {
         xmp_cgroup_destroy(job, NULL);
         return fail("create_job succeeded (%s)", what);
     }
@@ -38,7 +38,7 @@ create_read_only(void)
     for (size_t i = 0; i < NH; i++)
         if (mount(NULL, H[i].mnt, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
             return "remount read-only failed";
-    return expect_create_error("ro", EROFS, EROFS, "read-only", "--cgroupns=private");
+    return expect_create_error("ro", NULL, EROFS, EROFS, "read-only", "--cgroupns=private");
 }
 
 LIVE_TEST(read_only_cgroupfs_says_what_to_do)
@@ -53,7 +53,7 @@ create_unprivileged(void)
     if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
         setresuid(65534, 65534, 65534) < 0)
         return "cannot drop to nobody";
-    return expect_create_error("nobody", EACCES, EPERM, "Delegate=yes", "optional");
+    return expect_create_error("nobody", NULL, EACCES, EPERM, "Delegate=yes", "optional");
 }
 
 LIVE_TEST(no_permission_says_what_to_do)
@@ -212,7 +212,16 @@ create_without_controllers(void)
     if (fd < 0 || write(fd, "0", 1) != 1)
         return "cannot enter the bare cgroup";
     close(fd);
-    return expect_create_error("bare", ENODEV, ENODEV, "memory, cpu, pids", "Delegate");
+    /* Each controller the limits need is named with what needs it. */
+    struct xmp_limits l;
+    xmp_limits_init(&l);
+    l.memory = 64 << 20;
+    l.cpus_milli = 500;
+    l.pids = 64;
+    return expect_create_error("bare", &l, ENODEV, ENODEV,
+                               "controllers memory (for a memory limit), cpu (for a CPU quota), "
+                               "pids (for a process limit) are not delegated",
+                               "Delegate");
 }
 
 LIVE_TEST(v2_missing_controllers_are_named)
