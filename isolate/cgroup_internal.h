@@ -54,7 +54,7 @@ struct xmp_cg_caps {
     bool memsw;         /* v1 memory.memsw.limit_in_bytes exists (swap accounting) */
     bool cpuacct_usage; /* v1 cpuacct.usage_user exists (4.6+; before it only cpuacct.stat) */
     bool mems_known;    /* mems holds the job's value */
-    char mems[256];     /* v1 cpuset.mems / v2 cpuset.mems.effective of the job */
+    char mems[256];     /* v1 cpuset.mems of the job */
 };
 
 /* v1 OOM notifications (an eventfd registered in cgroup.event_control for memory.oom_control):

@@ -229,8 +229,7 @@ enable_controllers(const char *dir, unsigned need, unsigned want, bool allow_mov
     return 0;
 }
 
-/* The values of cg's directory, in the order set_limits used to write them. A worker's cpuset
- * gets the job's cpuset.mems.effective, read once per job. */
+/* The values of cg's directory, in the order set_limits used to write them. */
 static int
 v2_values(struct xmp_cgroup *cg, const struct xmp_limits *l, struct xmp_cg_values *vals,
           struct xmp_error *err)
@@ -260,7 +259,7 @@ v2_values(struct xmp_cgroup *cg, const struct xmp_limits *l, struct xmp_cg_value
     }
     /* cpuset: auto without a cpuset controller: pinned by affinity alone (the job's note). */
     if (l->has_cpus && ((h->ctrls & XMP_CG_CPUSET) || !l->cpus_auto)) {
-        char cpus[1024], pdir[XMP_CG_PATH];
+        char cpus[1024];
         if (!(h->ctrls & XMP_CG_CPUSET))
             return xmp_error_set(err, ENODEV,
                                  "a cpuset is asked for but the cpuset controller is not "
@@ -268,24 +267,9 @@ v2_values(struct xmp_cgroup *cg, const struct xmp_limits *l, struct xmp_cg_value
                                  dir);
         if (xmp_cpulist_format(&l->cpus, cpus, sizeof(cpus)) < 0)
             return xmp_error_set(err, ENAMETOOLONG, "cpuset too long");
-        if (cg->parent == NULL || !lay->caps.mems_known) {
-            char mems[sizeof(lay->caps.mems)];
-            xmp_cg_parent_dir(dir, pdir, sizeof(pdir));
-            if (xmp_cg_read(pdir, "cpuset.mems.effective", mems, sizeof(mems), err) < 0)
-                return -1;
-            mems[strcspn(mems, "\n")] = '\0';
-            if (cg->parent != NULL) {
-                memcpy(lay->caps.mems, mems, sizeof(mems));
-                lay->caps.mems_known = true;
-            }
-            if (xmp_cg_values_add(vals, u, "cpuset.cpus", cpus, err) < 0 ||
-                (mems[0] != '\0' && xmp_cg_values_add(vals, u, "cpuset.mems", mems, err) < 0))
-                return -1;
-        } else if (xmp_cg_values_add(vals, u, "cpuset.cpus", cpus, err) < 0 ||
-                   (lay->caps.mems[0] != '\0' &&
-                    xmp_cg_values_add(vals, u, "cpuset.mems", lay->caps.mems, err) < 0)) {
+        /* cpuset.mems stays empty: on v2 that is the parent's memory nodes. */
+        if (xmp_cg_values_add(vals, u, "cpuset.cpus", cpus, err) < 0)
             return -1;
-        }
     }
     if (l->pids >= 0 && xmp_cg_values_add_int(vals, u, "pids.max", l->pids, err) < 0)
         return -1;
