@@ -17,16 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 /* Most threads read per process. */
 #define MAX_THREADS 256
-/* After the deadline, how long the capture thread keeps waiting for a thread it asked to stop,
- * so that it can detach it rather than leave it to stop later with nobody to resume it. */
-#define LATE_DETACH_MS 10000
 
 int64_t
 xmp_stacks_now_ns(void)
@@ -236,39 +232,15 @@ stop_threads(struct xmp_stack_proc *p, bool *seized, bool *stopped, int64_t dead
     return n_seized;
 }
 
-/* Detaches every seized thread; one that had not stopped yet is waited for a while longer (it
- * has a stop pending, which would otherwise leave it stopped with nobody to resume it). */
+/* Detaches every thread that stopped. One that was seized but had not stopped yet is let go by
+ * the kernel when this capture thread ends (a tracer thread's exit detaches its tracees and
+ * drops their pending stop), so nothing is left stopped with nobody to resume it. */
 static void
-detach_threads(struct xmp_stack_proc *p, const bool *seized, bool *stopped)
+detach_threads(const struct xmp_stack_proc *p, const bool *stopped)
 {
-    int64_t late = xmp_stacks_now_ns() + (int64_t)LATE_DETACH_MS * 1000000;
-    bool pending = true;
-
-    while (pending) {
-        pending = false;
-        for (size_t i = 0; i < p->n_threads; i++) {
-            pid_t tid = p->threads[i].tid;
-            siginfo_t si = {0};
-            if (!seized[i])
-                continue;
-            if (!stopped[i] && waitid(P_PID, (id_t)tid, &si, WSTOPPED | WNOHANG | __WALL) == 0 &&
-                si.si_pid != 0)
-                stopped[i] = true;
-            if (stopped[i]) {
-                ptrace(PTRACE_DETACH, tid, 0, 0);
-                stopped[i] = false;
-                ((bool *)seized)[i] = false;
-            } else if (syscall(SYS_tgkill, p->pid, tid, 0) < 0 && errno == ESRCH) {
-                ((bool *)seized)[i] = false; /* gone */
-            } else {
-                pending = true;
-            }
-        }
-        if (pending && xmp_stacks_now_ns() > late)
-            break;
-        if (pending)
-            usleep(1000);
-    }
+    for (size_t i = 0; i < p->n_threads; i++)
+        if (stopped[i])
+            ptrace(PTRACE_DETACH, p->threads[i].tid, 0, 0);
 }
 
 static void
@@ -340,7 +312,7 @@ capture_one(struct xmp_stack_proc *p, int64_t deadline_ns)
         p->truncated = true;
 out:
     if (seized != NULL && stopped != NULL && n_seized > 0)
-        detach_threads(p, seized, stopped);
+        detach_threads(p, stopped);
     if (dwfl != NULL)
         dwfl_end(dwfl);
     free(seized);

@@ -129,12 +129,16 @@ Test(stacks, c_worker_native_stack_names_the_caller, .timeout = 120)
     char *text = NULL;
     cr_assert_eq(asprintf(&text,
                           "version: 1\nname: stacks-c\nworkers: 1\ndevices: {kind: cpu}\n"
-                          "timeout: 1s\ncommand: [%s]\n",
+                          "timeout: 1s\non_failure: {action: kill-all, grace: 2s}\n"
+                          "command: [%s]\n",
                           bin) > 0,
                  1);
     e2e_set_spec(&e, text);
     cr_assert_eq(e2e_run(&e, 60, NULL), 124, "stderr:\n%s", e.r.err);
     e2e_load_report(&e);
+    /* Read, then let go: the SIGTERM after the capture ends it, not the kill after the grace
+     * (a worker left stopped under ptrace could not act on it). */
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "signal"), "SIGTERM");
     json_t *st = json_object_get(e2e_worker(&e, 0), "stacks");
     cr_assert(json_is_object(st), "no stacks in the report");
     cr_assert(json_is_null(json_object_get(st, "python")));
