@@ -380,7 +380,7 @@ cmd_stacks(const struct cli *cli)
         fprintf(stderr, "xmprun: stacks: %s\n", dir != NULL ? err.msg : "no state directory");
         return 1;
     }
-    if (xmp_stacks_capture(job.pids, job.n_pids, XMP_STACKS_BUDGET_MS, &st) < 0) {
+    if (xmp_stacks_capture(job.pids, job.n_pids, XMP_STACKS_COMMAND_BUDGET_MS, &st) < 0) {
         fprintf(stderr, "xmprun: stacks: out of memory\n");
         return EXIT_SETUP;
     }

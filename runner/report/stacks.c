@@ -290,6 +290,9 @@ capture_one(struct xmp_stack_proc *p, int64_t deadline_ns)
         snprintf(p->error, sizeof(p->error), "read the modules: %s", dwfl_errmsg(-1));
         goto out;
     }
+    /* The Python frames first: they say most, and cost little next to unwinding (which reads
+     * each module's call frame information) when the budget is tight (a slow machine). */
+    xmp_stacks_python(dwfl, p, deadline_ns);
     for (size_t i = 0; i < p->n_threads; i++) {
         struct native_walk nw = {dwfl, &p->threads[i], deadline_ns};
         if (!stopped[i]) {
@@ -307,7 +310,6 @@ capture_one(struct xmp_stack_proc *p, int64_t deadline_ns)
             p->threads[i].n_native == 0)
             snprintf(p->threads[i].note, sizeof(p->threads[i].note), "unwind: %s", dwfl_errmsg(-1));
     }
-    xmp_stacks_python(dwfl, p, deadline_ns);
     if (xmp_stacks_now_ns() > deadline_ns)
         p->truncated = true;
 out:

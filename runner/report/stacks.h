@@ -13,8 +13,11 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-/* The default budget for one capture of all processes. */
-#define XMP_STACKS_BUDGET_MS 1000
+/* The budget for one capture of all processes before xmprun stops them (the grace and the exit
+ * move by at most this), and for `xmprun stacks`, which nothing waits on but the person who
+ * asked (and which a slow machine, an emulator, needs). */
+#define XMP_STACKS_BUDGET_MS         1000
+#define XMP_STACKS_COMMAND_BUDGET_MS 5000
 
 struct xmp_stack_frame {
     char *function;  /* NULL when unknown */
