@@ -4,6 +4,8 @@
 #include "runner/plan/host.h"
 #include "runner/plan/plan.h"
 #include "runner/report/report_load.h"
+#include "runner/report/stacks.h"
+#include "runner/run/state.h"
 #include "runner/run/supervise.h"
 #include "runner/spec/spec.h"
 
@@ -41,6 +43,7 @@ static const char usage_text[] =
     "       xmprun [OPTIONS] plan -n N -- CMD...    the plan of a spec-less job\n"
     "       xmprun gc                               clean up after an xmprun that was SIGKILLed\n"
     "       xmprun report REPORT.json               print a saved report's summary\n"
+    "       xmprun stacks [JOB]                     where every worker of a running job is now\n"
     "\n"
     "options:\n"
     "  -n, --workers N       number of workers (overrides the spec's `workers`)\n"
@@ -359,6 +362,41 @@ cmd_report(const struct cli *cli)
     return status;
 }
 
+/* `xmprun stacks [JOB]`: every thread of every worker of a running job, now; the job goes on
+ * (each worker is stopped only while it is read). */
+static int
+cmd_stacks(const struct cli *cli)
+{
+    struct xmp_state_job job;
+    struct xmp_error err = {0};
+    struct xmp_stacks st = {0};
+    char buf[512];
+    const char *dir = xmp_state_dir(environ, buf, sizeof(buf));
+
+    if (cli->n_args > 2 || cli->command != NULL)
+        return usage_error("%s", "stacks: give at most one job (its name, id or xmprun's pid)");
+    if (dir == NULL ||
+        xmp_state_find_job(dir, cli->n_args == 2 ? cli->args[1] : NULL, &job, &err) < 0) {
+        fprintf(stderr, "xmprun: stacks: %s\n", dir != NULL ? err.msg : "no state directory");
+        return 1;
+    }
+    if (xmp_stacks_capture(job.pids, job.n_pids, XMP_STACKS_COMMAND_BUDGET_MS, &st) < 0) {
+        fprintf(stderr, "xmprun: stacks: out of memory\n");
+        return EXIT_SETUP;
+    }
+    printf("job %s (xmprun pid %d): %zu worker%s\n", job.cgroup_name, (int)job.owner, job.n_pids,
+           job.n_pids == 1 ? "" : "s");
+    for (size_t i = 0; i < st.n; i++) {
+        printf("\n=== worker %zu ===\n", i);
+        if (job.pids[i] <= 0)
+            printf("not running\n");
+        else
+            xmp_stacks_print(&st.procs[i], stdout);
+    }
+    xmp_stacks_free(&st);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -380,6 +418,8 @@ main(int argc, char **argv)
             status = cmd_gc(&cli);
         } else if (verb != NULL && strcmp(verb, "report") == 0) {
             status = cmd_report(&cli);
+        } else if (verb != NULL && strcmp(verb, "stacks") == 0) {
+            status = cmd_stacks(&cli);
         } else if (verb == NULL && cli.command == NULL) {
             status = usage_error("%s", "no job given: xmprun JOB.yaml, or xmprun -n N -- CMD");
         } else {

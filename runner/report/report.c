@@ -527,6 +527,30 @@ xmp_report_finish(struct xmp_report *r)
         return;
     }
 }
+/* Where each worker xmprun stopped was, in a line (the whole stacks are in the report and in the
+ * text file it names). */
+static void
+print_stopped_stacks(const struct xmp_report *r, FILE *out)
+{
+    const char *file = NULL;
+
+    for (size_t i = 0; i < r->n_workers; i++) {
+        const struct xmp_worker_report *w = &r->workers[i];
+        char where[600];
+        if (w->stacks == NULL)
+            continue;
+        fprintf(out, "xmprun: worker %d was stopped in %s\n", w->rank,
+                xmp_stacks_innermost(w->stacks, where, sizeof(where)));
+        if (w->stacks_file[0] != '\0' && file == NULL)
+            file = w->stacks_file;
+    }
+    if (file != NULL) {
+        const char *slash = strrchr(file, '/');
+        fprintf(out, "xmprun: every thread's stack: %.*s/\n",
+                slash != NULL ? (int)(slash - file) : 1, slash != NULL ? file : ".");
+    }
+}
+
 void
 xmp_report_print_summary(const struct xmp_report *r, FILE *out)
 {
@@ -571,8 +595,42 @@ xmp_report_print_summary(const struct xmp_report *r, FILE *out)
     }
     if (r->cause != XMP_CAUSE_NONE)
         fprintf(out, "xmprun: root cause: %s\n", r->cause_message);
+    print_stopped_stacks(r, out);
     if (r->cgroup_note[0] != '\0')
         fprintf(out, "xmprun: note: %s\n", r->cgroup_note);
+}
+
+void
+xmp_report_write_stacks(struct xmp_report *r, const char *report_path)
+{
+    char dir[1024], path[1100];
+    size_t len = strlen(report_path);
+    bool made = false;
+
+    if (len > 5 && strcmp(report_path + len - 5, ".json") == 0)
+        len -= 5;
+    snprintf(dir, sizeof(dir), "%.*s.stacks", (int)len, report_path);
+    for (size_t i = 0; i < r->n_workers; i++) {
+        struct xmp_worker_report *w = &r->workers[i];
+        FILE *f;
+        snprintf(path, sizeof(path), "%s/worker-%d.txt", dir, w->rank);
+        if (w->stacks == NULL) {
+            unlink(path);
+            continue;
+        }
+        if (!made && mkdir(dir, 0755) < 0 && errno != EEXIST)
+            return;
+        made = true;
+        f = fopen(path, "we");
+        if (f == NULL)
+            continue;
+        fprintf(f, "worker %d (%s) of job %s, stopped by xmprun (%s)\n", w->rank,
+                w->devices != NULL && w->devices[0] != NULL ? w->devices[0] : "-",
+                r->job_name != NULL ? r->job_name : "?", xmp_worker_state_name(w->state));
+        xmp_stacks_print(w->stacks, f);
+        if (fclose(f) == 0)
+            snprintf(w->stacks_file, sizeof(w->stacks_file), "%s", path);
+    }
 }
 
 void
@@ -584,6 +642,8 @@ xmp_report_release(struct xmp_report *r)
             free(w->stderr_tail[j]);
         free(w->stderr_tail);
         json_decref(w->error_file);
+        xmp_stack_proc_free(w->stacks);
+        free(w->stacks);
     }
     free(r->workers);
     free(r->attempts);

@@ -5,6 +5,7 @@
 
 #include "isolate/error.h"
 #include "isolate/file.h"
+#include "runner/report/stacks.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -97,6 +98,10 @@ struct xmp_worker_report {
     const char *seccomp_profile;
     char seccomp_syscall[64];
     char log_error[512]; /* "" or why its logs.dir file stops short (a full disk) */
+    /* Where its threads were when xmprun stopped it (owned, NULL when it ended by itself), and
+     * the text file beside the report that holds them ("" when none was written). */
+    struct xmp_stack_proc *stacks;
+    char stacks_file[1100];
 };
 
 /* A failure that led to a restart of the whole group. */
@@ -203,6 +208,12 @@ json_t *xmp_report_text_json(const char *text);
  * xmp_file_write_atomic_finish(c) waits for them and says whether the report is in place. */
 int xmp_report_write_start(const struct xmp_report *r, const char *path, struct xmp_file_commit *c,
                            struct xmp_error *err);
+
+/* Writes each stopped worker's stacks as text beside the report (REPORT.json ->
+ * REPORT.stacks/worker-RANK.txt) and names the file in its stacks_file; removes such a file
+ * that an earlier run left for a worker that has none now. Failures are only noted in
+ * stacks_file's absence: the report itself still holds every frame. */
+void xmp_report_write_stacks(struct xmp_report *r, const char *report_path);
 
 /* The short human table (rank, device, state, exit, peak memory, time) and the root cause. */
 void xmp_report_print_summary(const struct xmp_report *r, FILE *out);

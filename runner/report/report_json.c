@@ -162,6 +162,11 @@ worker_json(const struct xmp_worker_report *w)
         json_object_set_new(o, "start_error", str_or_null(w->start_error));
     if (w->log_error[0] != '\0')
         json_object_set_new(o, "log_error", json_string(w->log_error));
+    if (w->stacks != NULL) {
+        json_t *st = xmp_stacks_to_json(w->stacks);
+        json_object_set_new(st, "file", str_or_null(w->stacks_file));
+        json_object_set_new(o, "stacks", st);
+    }
     if (w->n_faults > 0) {
         json_t *faults = json_array();
         for (size_t i = 0; i < w->n_faults; i++) {

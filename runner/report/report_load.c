@@ -143,6 +143,10 @@ load_workers(json_t *workers, struct xmp_report_file *f, struct xmp_error *err)
         wr->job_memory_limit = -1;
         wr->memory_peak = get_int(mem, "peak_bytes", -1);
         wr->oom_kills = get_int(mem, "oom_kills", -1);
+        wr->stacks = xmp_stacks_from_json(json_object_get(w, "stacks"));
+        if (wr->stacks != NULL && get_str(json_object_get(w, "stacks"), "file") != NULL)
+            snprintf(wr->stacks_file, sizeof(wr->stacks_file), "%s",
+                     get_str(json_object_get(w, "stacks"), "file"));
     }
     return 0;
 }
@@ -202,6 +206,10 @@ xmp_report_load(const char *path, struct xmp_report_file *f, struct xmp_error *e
 void
 xmp_report_file_free(struct xmp_report_file *f)
 {
+    for (size_t i = 0; i < f->report.n_workers; i++) {
+        xmp_stack_proc_free(f->report.workers[i].stacks);
+        free(f->report.workers[i].stacks);
+    }
     free(f->report.workers);
     free(f->devices);
     json_decref(f->doc);

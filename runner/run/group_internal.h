@@ -27,6 +27,10 @@
 #define ERROR_FILE_MAX (64 * 1024)
 
 void xmp_grp_arm_timer(struct xmp_supervisor *sv);
+/* Records where every running worker that has no stacks yet is (bounded by
+ * XMP_STACKS_BUDGET_MS, all in parallel) into its report: called before xmprun signals a worker
+ * that did not end by itself (xmp_grp_stop_all, the first outside signal; the hang watchdog). */
+void xmp_grp_capture_stacks(struct xmp_supervisor *sv);
 bool xmp_grp_await_outside_signal(struct xmp_supervisor *sv);
 void xmp_grp_check_log(struct xmp_worker *w, struct xmp_stream *s);
 void xmp_grp_close_stream(struct xmp_supervisor *sv, struct xmp_stream *s);

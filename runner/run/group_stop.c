@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -69,8 +70,34 @@ xmp_grp_kill_all_now(struct xmp_supervisor *sv)
 }
 
 void
+xmp_grp_capture_stacks(struct xmp_supervisor *sv)
+{
+    pid_t *pids = calloc(sv->n_workers + 1, sizeof(pid_t));
+    size_t *idx = calloc(sv->n_workers + 1, sizeof(size_t));
+    struct xmp_stacks st = {0};
+    size_t n = 0;
+
+    for (size_t i = 0; pids != NULL && idx != NULL && i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        if (w->running && w->pid > 0 && w->rep != NULL && w->rep->stacks == NULL) {
+            pids[n] = w->pid;
+            idx[n++] = i;
+        }
+    }
+    if (n > 0 && xmp_stacks_capture(pids, n, XMP_STACKS_BUDGET_MS, &st) == 0) {
+        for (size_t k = 0; k < n; k++)
+            sv->workers[idx[k]].rep->stacks = xmp_stacks_take(&st, k);
+        xmp_stacks_free(&st);
+    }
+    free(pids);
+    free(idx);
+}
+
+void
 xmp_grp_stop_all(struct xmp_supervisor *sv, enum xmp_stop_reason reason, int sig)
 {
+    /* Where they are, before the signal changes it; the grace starts after. */
+    xmp_grp_capture_stacks(sv);
     if (sv->stopping == XMP_STOP_NONE)
         sv->stopping = reason;
     sv->peer_wait_ns = 0;
@@ -173,8 +200,12 @@ xmp_grp_died_of_outside_stop(const struct xmp_worker *w)
 void
 xmp_grp_on_interrupt(struct xmp_supervisor *sv, int sig)
 {
-    int64_t now = xmp_now_ns();
+    int64_t now;
 
+    /* The first signal: where the workers are, before the forwarded signal changes it. */
+    if (sv->report.interrupt_signal == 0)
+        xmp_grp_capture_stacks(sv);
+    now = xmp_now_ns();
     /* Forward to every worker's process group, as a terminal would to a foreground job. */
     for (size_t i = 0; i < sv->n_workers; i++)
         if (sv->workers[i].running && sv->workers[i].pid > 0)

@@ -410,6 +410,87 @@ scan_state_file(const char *dir, const char *file, struct gc_ctx *ctx)
     json_decref(doc);
 }
 
+/* Does job name this cgroup name ("xmprun-<name>-<pid>-<hex>") or its owner? */
+static bool
+job_matches(const char *cg, pid_t owner, const char *job)
+{
+    const char *hex = strrchr(cg, '-');
+    const char *dash = hex;
+    size_t len = strlen(job);
+
+    if (strcmp(cg, job) == 0 ||
+        (owner > 0 && strtol(job, NULL, 10) == owner && strspn(job, "0123456789") == len))
+        return true;
+    while (dash != NULL && dash > cg && dash[-1] != '-')
+        dash--;
+    if (dash == NULL || dash <= cg + 1)
+        return false;
+    dash--; /* the '-' before the owner pid */
+    /* The job id ("<pid>-<hex>") or the job's name. */
+    return strcmp(dash + 1, job) == 0 ||
+           (strncmp(cg, "xmprun-", 7) == 0 && (size_t)(dash - cg - 7) == len &&
+            strncmp(cg + 7, job, len) == 0);
+}
+
+int
+xmp_state_find_job(const char *dir, const char *job, struct xmp_state_job *out,
+                   struct xmp_error *err)
+{
+    DIR *d = NULL;
+    struct dirent *de;
+    size_t n_found = 0;
+    char names[512] = "";
+
+    if (prepare_dir(dir, false, err) < 0 || (d = opendir(dir)) == NULL)
+        return xmp_error_set(err, errno, "no running job: cannot read the state directory `%s`",
+                             dir);
+    while ((de = readdir(d)) != NULL) {
+        char path[4096];
+        size_t len = strlen(de->d_name), i;
+        json_t *doc, *workers, *w;
+        json_int_t pid = 0, start = 0;
+        const char *cg = NULL;
+
+        if (de->d_name[0] == '.' || len < 6 || strcmp(de->d_name + len - 5, ".json") != 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        doc = json_load_file(path, 0, NULL);
+        if (doc == NULL ||
+            json_unpack(doc, "{s:I, s:I, s:s, s:o}", "pid", &pid, "start_time", &start,
+                        "cgroup_name", &cg, "workers", &workers) < 0 ||
+            !process_matches((pid_t)pid, (unsigned long long)start) ||
+            (job != NULL && !job_matches(cg, (pid_t)pid, job))) {
+            json_decref(doc);
+            continue;
+        }
+        if (n_found++ == 0) {
+            memset(out, 0, sizeof(*out));
+            snprintf(out->cgroup_name, sizeof(out->cgroup_name), "%s", cg);
+            out->owner = (pid_t)pid;
+            json_array_foreach(workers, i, w)
+            {
+                pid_t wpid = (pid_t)json_integer_value(json_object_get(w, "pid"));
+                json_int_t wstart = json_integer_value(json_object_get(w, "start_time"));
+                /* A worker that ended (its pid maybe reused since) is not read. */
+                if (out->n_pids < sizeof(out->pids) / sizeof(*out->pids))
+                    out->pids[out->n_pids++] =
+                        wpid > 0 && process_matches(wpid, (unsigned long long)wstart) ? wpid : 0;
+            }
+        }
+        len = strlen(names);
+        snprintf(names + len, sizeof(names) - len, "%s%s", len > 0 ? ", " : "", cg);
+        json_decref(doc);
+    }
+    closedir(d);
+    if (n_found == 1)
+        return 0;
+    if (n_found == 0)
+        return xmp_error_set(err, 0, "%s%s%s", job != NULL ? "no running job is " : "",
+                             job != NULL ? job : "no running job",
+                             job != NULL ? "" : " (in this user's state directory)");
+    return xmp_error_set(err, 0, "%zu running jobs match: %s; name one", n_found, names);
+}
+
 static void
 free_list(char **list, size_t n)
 {

@@ -36,6 +36,20 @@ int xmp_state_write(const char *dir, const char *cgroup_name, enum xmp_cgroup_mo
                     size_t n_procs, struct xmp_error *err);
 void xmp_state_remove(const char *dir, const char *cgroup_name);
 
+/* A running job as its state file names it (`xmprun stacks`). */
+struct xmp_state_job {
+    char cgroup_name[256]; /* "xmprun-<name>-<owner pid>-<hex>" */
+    pid_t owner;
+    pid_t pids[1024]; /* its workers, in rank order (0: a worker not started or gone) */
+    size_t n_pids;
+};
+
+/* Finds the running job (its owner alive) named by job: its name, its id ("<pid>-<hex>", as the
+ * report's job_id), its owner's pid or its cgroup name; with job NULL, the only running job.
+ * -1 with err when none or several match (err names them). */
+int xmp_state_find_job(const char *dir, const char *job, struct xmp_state_job *out,
+                       struct xmp_error *err);
+
 /* Kills and removes what orphaned jobs left: by their state files (their processes by pid and
  * start time and by cgroup membership, their directories in every hierarchy, wherever they
  * are), then "xmprun-*" cgroups below this process's own cgroup that no live xmprun owns.

@@ -487,6 +487,9 @@ reset_run(struct xmp_supervisor *sv)
             free(w->stderr_tail[j]);
         free(w->stderr_tail);
         json_decref(w->error_file);
+        xmp_stack_proc_free(w->stacks);
+        free(w->stacks);
+        w->stacks = NULL;
         w->stderr_tail = NULL;
         w->n_tail = 0;
         w->error_file = NULL;
@@ -757,6 +760,8 @@ done:
     fill_job_info(&sv);
     xmp_report_finish(&sv.report);
     path = report_path(&sv, buf, sizeof(buf));
+    if (!report_refused)
+        xmp_report_write_stacks(&sv.report, path);
     /* Nothing below changes the report: it is written now, and its fsyncs wait for the disk
      * while the cgroups and the scratch directory are removed. */
     report_started =

@@ -28,7 +28,7 @@ expect() {
         status=1
     fi
 }
-expect "gc job.yaml other.yml plan report validate " ""
+expect "gc job.yaml other.yml plan report stacks validate " ""
 expect "plan " pl
 expect "--set " --s
 expect "--report " --rep
