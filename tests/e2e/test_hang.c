@@ -146,11 +146,50 @@ count_state_files(const struct e2e *e)
     return n;
 }
 
+/* Runs after the test even when it failed half way: the test's freezer cgroup is thawed (its
+ * task then dies of the SIGKILL it holds, or is killed here) and removed, never left frozen. */
+static void
+thaw_test_freezer(void)
+{
+    char *base = own_freezer_dir(), *frz = NULL, *path = NULL, *procs;
+
+    if (base == NULL || asprintf(&frz, "%s/xmp-test-freeze-%d", base, (int)getpid()) < 0) {
+        free(base);
+        return;
+    }
+    if (asprintf(&path, "%s/freezer.state", frz) > 0 && access(path, F_OK) == 0) {
+        FILE *f = fopen(path, "w");
+        if (f != NULL) {
+            fputs("THAWED\n", f);
+            fclose(f);
+        }
+        free(path);
+        path = NULL;
+        for (int i = 0; i < 500 && rmdir(frz) < 0 && errno == EBUSY; i++) {
+            if (asprintf(&path, "%s/cgroup.procs", frz) > 0 && (procs = xt_read_file(path))) {
+                for (char *p = procs, *end; *p != '\0'; p = end) {
+                    long pid = strtol(p, &end, 10);
+                    if (end == p)
+                        break;
+                    kill((pid_t)pid, SIGKILL);
+                }
+                free(procs);
+            }
+            free(path);
+            path = NULL;
+            usleep(10000);
+        }
+    }
+    free(path);
+    free(frz);
+    free(base);
+}
+
 /* The worker moves itself into a v1 freezer cgroup the test made and freezes it: a frozen task
  * does not die of SIGKILL until it is thawed (a task in D state on a GPU, NFS or RDMA wait
  * stands as still). cgroup v2's cgroup.freeze lets SIGKILL through, so there is no such test
  * in a pure v2 guest. */
-Test(hang, an_unkillable_worker_is_left_to_gc, .timeout = 180)
+Test(hang, an_unkillable_worker_is_left_to_gc, .timeout = 180, .fini = thaw_test_freezer)
 {
     struct e2e e;
     char *base = own_freezer_dir(), *frz = NULL, *state = NULL, *text;
@@ -212,6 +251,7 @@ Test(hang, an_unkillable_worker_is_left_to_gc, .timeout = 180)
     cr_assert(e2e_pid_dead(pid), "the thawed worker %d is still alive", (int)pid);
     cr_assert_eq(run_gc(&e), 0, "gc failed:\n%s", e.r.err);
     cr_assert_eq(rmdir(frz), 0, "rmdir %s: %s", frz, strerror(errno));
+    cr_assert(access(frz, F_OK) != 0, "the test's freezer cgroup %s is left", frz);
     e2e_assert_clean(&e);
     free(state);
     free(frz);
