@@ -19,6 +19,11 @@
 
 #define WATCH_PERIOD_NS 1000000000LL
 
+/* CPU time below 1% of one CPU between two checks is no progress: an idle PyTorch worker's
+ * background threads (gloo's and NCCL's watchdogs and pollers) use about 0.2% while its main
+ * thread waits in a collective or sleeps. */
+#define IDLE_CPU_DIVISOR 100
+
 /* How deep the /proc walk of a worker without a cgroup goes below it. */
 #define PROC_TREE_DEPTH 8
 
@@ -161,9 +166,11 @@ xmp_grp_watch_tick(struct xmp_supervisor *sv, int64_t now)
         if (!w->running)
             continue;
         cpu = worker_cpu_usec(w);
-        if (cpu >= 0 && cpu != w->cpu_usec) {
+        if (cpu >= 0) {
+            int64_t grew = cpu - (w->cpu_usec >= 0 ? w->cpu_usec : 0);
+            if (grew > (now - sv->watch_prev_ns) / 1000 / IDLE_CPU_DIVISOR)
+                w->cpu_ns = sv->watch_prev_ns;
             w->cpu_usec = cpu;
-            w->cpu_ns = sv->watch_prev_ns;
         }
         /* When the others are blocked waiting for the hung one (in a collective), they all
          * go quiet: the one that stopped first is the cause. */
