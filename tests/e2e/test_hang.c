@@ -76,10 +76,12 @@ Test(hang, names_the_ddp_rank_that_stopped_stepping, .timeout = 180)
     e2e_fini(&e);
 }
 
-/* Rank 0 works for 1.5 s, then hangs; rank 1 keeps going the way `other` says, and is not the
- * one called hung although its silence (or its idle CPU) alone would reach the limit first. */
+/* Rank 0 works for about 1.5 s the way `first` says, then hangs; rank 1 keeps going the way
+ * `other` says, and is not the one called hung although its silence (or its idle CPU) alone
+ * would reach the limit first. Rank 0 shows its work the other way than rank 1, so that the
+ * rank 1 of a watchdog blind to that kind of progress would be the older. */
 static void
-other_is_not_hung(const char *other, const char *cgroups)
+other_is_not_hung(const char *first, const char *other, const char *cgroups)
 {
     struct e2e e;
     char *text = NULL;
@@ -92,10 +94,10 @@ other_is_not_hung(const char *other, const char *cgroups)
                           "workers: 2\n"
                           "devices: {kind: cpu}\n"
                           "isolation: {cgroups: %s}\n"
-                          "command: [sh, -c, 'if [ \"$RANK\" = 0 ]; then for i in 1 2 3 4 5; do "
-                          "echo step $i; sleep 0.3; done; exec sleep 600; else %s; fi']\n"
+                          "command: [sh, -c, 'if [ \"$RANK\" = 0 ]; then %s; exec sleep 600; else "
+                          "%s; fi']\n"
                           "on_failure: {hang_timeout: 3s, grace: 1s}\n",
-                          cgroups, other),
+                          cgroups, first, other),
                  0);
     e2e_set_spec(&e, text);
     cr_assert_eq(e2e_run(&e, 60, NULL), 124, "stderr:\n%s", e.r.err);
@@ -111,18 +113,21 @@ other_is_not_hung(const char *other, const char *cgroups)
 }
 
 /* Output alone is progress: without cgroups, a Python loop that prints every 0.3 s uses too
- * little CPU for /proc's clock ticks to show. */
+ * little CPU for /proc's clock ticks to show (rank 0 burns CPU, silently, before it hangs). */
 Test(hang, a_worker_that_prints_is_not_hung, .timeout = 120)
 {
-    other_is_not_hung("exec /usr/bin/python3 -c \"import itertools, time; [(print(1, flush=True), "
+    other_is_not_hung("timeout 1.5 sh -c \"while :; do :; done\"",
+                      "exec /usr/bin/python3 -c \"import itertools, time; [(print(1, flush=True), "
                       "time.sleep(0.3)) for _ in itertools.count()]\"",
                       "off");
 }
 
-/* CPU time alone is progress: a silent busy loop, counted by its cgroup. */
+/* CPU time alone is progress: a silent busy loop, counted by its cgroup (rank 0 prints,
+ * without much CPU, before it hangs). */
 Test(hang, a_worker_that_burns_cpu_is_not_hung, .timeout = 120)
 {
-    other_is_not_hung("while :; do :; done", "required");
+    other_is_not_hung("for i in 1 2 3 4 5; do echo step $i; sleep 0.3; done", "while :; do :; done",
+                      "required");
 }
 
 /* The test's own cgroup in the v1 freezer hierarchy, or NULL where there is none (pure v2). */
