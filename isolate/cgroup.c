@@ -773,3 +773,21 @@ xmp_cgroup_destroy(struct xmp_cgroup *cg, struct xmp_error *err)
     ret = settle(cg->layout, err);
     return destroy_tree(cg, true, err) < 0 ? -1 : ret;
 }
+
+static void
+abandon_tree(struct xmp_cgroup *cg)
+{
+    while (cg->nchildren > 0)
+        abandon_tree(cg->children[cg->nchildren - 1]);
+    unlink_child(cg);
+    xmp_cg_free_cgroup(cg);
+}
+
+void
+xmp_cgroup_abandon(struct xmp_cgroup *cg)
+{
+    if (cg == NULL)
+        return;
+    settle(cg->layout, NULL);
+    abandon_tree(cg);
+}

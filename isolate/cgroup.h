@@ -221,6 +221,11 @@ void xmp_cgroup_release(struct xmp_cgroup *cg);
  * Settles the job's released cgroups first. Safe on NULL; not on a released cgroup. */
 int xmp_cgroup_destroy(struct xmp_cgroup *cg, struct xmp_error *err);
 
+/* Frees cg and its children without touching their directories or processes: what a process
+ * that SIGKILL cannot end holds stays for gc. Settles the job's released cgroups first. Safe on
+ * NULL; not on a released cgroup. */
+void xmp_cgroup_abandon(struct xmp_cgroup *cg);
+
 /* Finds the directories named "xmprun-*" below xmprun's own cgroup in every hierarchy (jobs, and
  * the xmprun-self-<pid> leaves) for which is_orphan(name, data) is true, kills their processes,
  * waits (bounded) and removes them. Never takes xmprun-self-<getpid()>. Returns the number of

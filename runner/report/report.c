@@ -61,6 +61,10 @@ xmp_worker_state_name(enum xmp_worker_state state)
         return "timeout";
     case XMP_WORKER_FAILED_TO_START:
         return "failed_to_start";
+    case XMP_WORKER_HUNG:
+        return "hung";
+    case XMP_WORKER_UNKILLABLE:
+        return "unkillable";
     }
     return "exited";
 }
@@ -74,7 +78,9 @@ xmp_worker_failed(const struct xmp_worker_report *w)
     case XMP_WORKER_SIGNALED:
     case XMP_WORKER_OOM_KILLED:
     case XMP_WORKER_FAILED_TO_START:
+    case XMP_WORKER_HUNG:
         return true;
+    case XMP_WORKER_UNKILLABLE:
     case XMP_WORKER_RUNNING:
     case XMP_WORKER_STOPPED_BY_XMPRUN:
     case XMP_WORKER_TIMEOUT:
@@ -314,6 +320,7 @@ describe(const struct xmp_worker_report *w, const char *who, char *buf, size_t s
     case XMP_WORKER_SIGNALED:
     case XMP_WORKER_STOPPED_BY_XMPRUN:
     case XMP_WORKER_TIMEOUT:
+    case XMP_WORKER_HUNG:
         if (w->signal == SIGSYS && w->seccomp_profile != NULL) {
             snprintf(buf, size, "%s was killed by its seccomp profile (%s)%s%s%s", who,
                      w->seccomp_profile, w->seccomp_syscall[0] ? " for calling `" : "",
@@ -341,7 +348,24 @@ describe(const struct xmp_worker_report *w, const char *who, char *buf, size_t s
     case XMP_WORKER_RUNNING:
         snprintf(buf, size, "%s is still running", who);
         return;
+    case XMP_WORKER_UNKILLABLE:
+        snprintf(buf, size, "%s did not die within %ds of SIGKILL (state %s%s%s)", who,
+                 XMP_UNKILLABLE_MS / 1000, w->unkillable.state[0] ? w->unkillable.state : "?",
+                 w->unkillable.wchan[0] ? ", in " : "", w->unkillable.wchan);
+        return;
     }
+}
+
+void
+xmp_report_describe_hang(const struct xmp_worker_report *w, int64_t idle_ms, const char *where,
+                         char *buf, size_t size)
+{
+    char who[160], dur[64];
+
+    worker_who(w, who, sizeof(who));
+    xmp_format_duration(idle_ms, dur, sizeof(dur));
+    snprintf(buf, size, "%s hung: no output and no CPU time for %s%s%s", who, dur,
+             where != NULL && where[0] != '\0' ? ", in " : "", where != NULL ? where : "");
 }
 
 void
@@ -405,6 +429,9 @@ xmp_worker_exit_status(const struct xmp_worker_report *w)
     switch (w->state) {
     case XMP_WORKER_OOM_KILLED:
         return 128 + SIGKILL;
+    case XMP_WORKER_HUNG:
+        /* A hang is a timeout of its own (on_failure.hang_timeout), whatever signal ended it. */
+        return 124;
     case XMP_WORKER_FAILED_TO_START:
         /* The child exits 127 (not found), 126 (not executable) or 125 (setup); without a
          * child at all (fork failed) xmprun could not set the worker up. */
@@ -413,6 +440,7 @@ xmp_worker_exit_status(const struct xmp_worker_report *w)
     case XMP_WORKER_SIGNALED:
     case XMP_WORKER_STOPPED_BY_XMPRUN:
     case XMP_WORKER_TIMEOUT:
+    case XMP_WORKER_UNKILLABLE:
     case XMP_WORKER_RUNNING:
         break;
     }
@@ -467,6 +495,12 @@ xmp_report_finish(struct xmp_report *r)
         best = r->timeout_mono_ns;
         kind = XMP_CAUSE_TIMEOUT;
     }
+    /* The watchdog's verdict counts from when it was made, not from the hung worker's end,
+     * which the stop it called for brought later. */
+    if (r->hung != NULL && r->hung_mono_ns < best) {
+        best = r->hung_mono_ns;
+        kind = XMP_CAUSE_HUNG;
+    }
     if (r->interrupt_signal > 0 && r->interrupt_mono_ns < best) {
         best = r->interrupt_mono_ns;
         kind = XMP_CAUSE_INTERRUPTED;
@@ -516,6 +550,14 @@ xmp_report_finish(struct xmp_report *r)
         xmp_format_duration(r->timeout_ms, dur, sizeof(dur));
         snprintf(r->cause_reason, sizeof(r->cause_reason), "timeout");
         snprintf(r->cause_message, sizeof(r->cause_message), "the job hit its %s timeout", dur);
+        return;
+    case XMP_CAUSE_HUNG:
+        r->outcome = XMP_OUTCOME_TIMEOUT;
+        r->exit_code = 124;
+        r->cause_rank = r->hung->rank;
+        snprintf(r->cause_reason, sizeof(r->cause_reason), "hung");
+        xmp_report_describe_hang(r->hung, r->hang_timeout_ms, r->hung_where, r->cause_message,
+                                 sizeof(r->cause_message));
         return;
     case XMP_CAUSE_INTERRUPTED:
         r->outcome = XMP_OUTCOME_INTERRUPTED;

@@ -31,7 +31,14 @@ enum xmp_worker_state {
     XMP_WORKER_STOPPED_BY_XMPRUN,
     XMP_WORKER_TIMEOUT,
     XMP_WORKER_FAILED_TO_START,
+    XMP_WORKER_HUNG,       /* stopped by the hang watchdog (on_failure.hang_timeout) */
+    XMP_WORKER_UNKILLABLE, /* still there after SIGKILL and XMP_UNKILLABLE_MS: left behind */
 };
+
+/* How long a worker may take to die after SIGKILL before xmprun reports it unkillable (D state:
+ * a GPU driver, NFS or RDMA wait; a frozen cgroup) and ends without it, leaving its cgroup to
+ * `xmprun gc`. The same bound as the cgroup layer's wait for an emptied cgroup. */
+#define XMP_UNKILLABLE_MS 5000
 
 /* Why a failure happened, for root_cause.reason. */
 enum xmp_cause_kind {
@@ -41,6 +48,7 @@ enum xmp_cause_kind {
     XMP_CAUSE_INTERRUPTED,
     XMP_CAUSE_SETUP,
     XMP_CAUSE_ZYGOTE, /* start: fork: the zygote died or exited on its own */
+    XMP_CAUSE_HUNG,   /* the hang watchdog found a worker with no output and no CPU time */
 };
 
 struct xmp_worker_report {
@@ -102,6 +110,16 @@ struct xmp_worker_report {
      * the text file beside the report that holds them ("" when none was written). */
     struct xmp_stack_proc *stacks;
     char stacks_file[1100];
+    /* XMP_WORKER_UNKILLABLE: where the process was stuck when xmprun gave up on it, from
+     * /proc/PID/stat (state, "D"), /proc/PID/wchan and /proc/PID/stack (root only; the frames
+     * as the kernel prints them), and the cgroup left for `xmprun gc` ("" when none). */
+    struct xmp_unkillable {
+        char state[4];
+        char wchan[64];
+        char stack[16][96];
+        size_t n_stack;
+        char cgroup[512];
+    } unkillable;
 };
 
 /* A failure that led to a restart of the whole group. */
@@ -144,6 +162,13 @@ struct xmp_report {
     int64_t interrupt_mono_ns;
     bool timed_out;
     int64_t timeout_ms;
+    /* The hang watchdog: the worker it found hung (NULL: none), when, and the hang_timeout.
+     * hung_where is the hung worker's innermost frame, "`FUNC` (FILE:LINE)", when a stack
+     * capture knows it, else "": the root cause then ends ", in " and that. */
+    const struct xmp_worker_report *hung;
+    int64_t hung_mono_ns;
+    int64_t hang_timeout_ms;
+    char hung_where[256];
     int64_t timeout_mono_ns;
     int restarts; /* how many times the group was restarted */
     int restarts_allowed;
@@ -189,6 +214,12 @@ const struct xmp_peer_pattern *xmp_worker_peer_loss(const struct xmp_worker_repo
 
 /* The plain-words message for a failed worker ("worker 1 (cpu) exited with status 3"). */
 void xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size);
+
+/* The root cause of a hang: "worker 3 (cuda:3) hung: no output and no CPU time for 10m", then
+ * ", in " and where (the hung worker's innermost frame, "`all_reduce` (c10d.py:2501)") unless
+ * where is NULL or "". The one place that words it. */
+void xmp_report_describe_hang(const struct xmp_worker_report *w, int64_t idle_ms, const char *where,
+                              char *buf, size_t size);
 
 /* The exit status a failed worker alone gives (its code, 128+n, 137 for OOM, 125 if it never
  * existed). */

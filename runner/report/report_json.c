@@ -167,6 +167,16 @@ worker_json(const struct xmp_worker_report *w)
         json_object_set_new(st, "file", str_or_null(w->stacks_file));
         json_object_set_new(o, "stacks", st);
     }
+    if (w->state == XMP_WORKER_UNKILLABLE) {
+        const struct xmp_unkillable *u = &w->unkillable;
+        json_t *stack = u->n_stack > 0 ? json_array() : json_null();
+        for (size_t i = 0; i < u->n_stack; i++)
+            json_array_append_new(stack, utf8_json(u->stack[i]));
+        json_object_set_new(o, "unkillable",
+                            json_pack("{s:o, s:o, s:o, s:o}", "state", str_or_null(u->state),
+                                      "wchan", str_or_null(u->wchan), "kernel_stack", stack,
+                                      "cgroup", str_or_null(u->cgroup)));
+    }
     if (w->n_faults > 0) {
         json_t *faults = json_array();
         for (size_t i = 0; i < w->n_faults; i++) {

@@ -207,6 +207,10 @@ xmp_grp_arm_timer(struct xmp_supervisor *sv)
         next = sv->kill_at_ns;
     if (sv->peer_wait_ns > 0 && (next == 0 || sv->peer_wait_ns < next))
         next = sv->peer_wait_ns;
+    if (sv->watch_at_ns > 0 && (next == 0 || sv->watch_at_ns < next))
+        next = sv->watch_at_ns;
+    if (sv->unkillable_at_ns > 0 && (next == 0 || sv->unkillable_at_ns < next))
+        next = sv->unkillable_at_ns;
     if (next > 0) {
         its.it_value.tv_sec = next / 1000000000;
         its.it_value.tv_nsec = next % 1000000000;
@@ -264,16 +268,29 @@ on_timer(struct xmp_supervisor *sv)
         sv->peer_wait_ns = 0;
         xmp_grp_on_worker_failure(sv);
     }
+    xmp_grp_watch_tick(sv, now);
     if (sv->kill_at_ns > 0 && now >= sv->kill_at_ns)
         xmp_grp_kill_all_now(sv);
+    if (sv->unkillable_at_ns > 0 && now >= sv->unkillable_at_ns)
+        xmp_grp_give_up_unkillable(sv);
     xmp_grp_arm_timer(sv);
+}
+
+/* A worker given up on as unkillable: waiting for it again would only wait as long again. */
+static bool
+left_behind(const struct xmp_supervisor *sv, pid_t pid)
+{
+    for (size_t i = 0; sv->left_behind && i < sv->n_workers; i++)
+        if (sv->workers[i].unkillable && sv->workers[i].pid == pid)
+            return true;
+    return false;
 }
 
 /* Kills and reaps every remaining child of xmprun: as a subreaper it inherits the grandchildren
  * whose parents exited, including those that left their process group with setsid(). Waits
  * (bounded) until they are reaped, so that none is left as a zombie for init to collect. */
 void
-xmp_group_kill_orphans(pid_t keep)
+xmp_group_kill_orphans(const struct xmp_supervisor *sv, pid_t keep)
 {
     pid_t self = getpid();
     int64_t give_up = xmp_now_ns() + 2000000000LL;
@@ -299,7 +316,7 @@ xmp_group_kill_orphans(pid_t keep)
             long pid = strtol(p, &end, 10);
             if (end == p)
                 break;
-            if (pid > 1 && pid != keep) {
+            if (pid > 1 && pid != keep && !left_behind(sv, (pid_t)pid)) {
                 kill((pid_t)pid, SIGKILL);
                 any = true;
             }
@@ -568,6 +585,7 @@ xmp_group_run(struct xmp_supervisor *sv)
     for (size_t i = 0; sv->fork_mode && i < sv->n_workers; i++)
         xmp_grp_start_worker(sv, &sv->workers[i]);
     write_state(sv);
+    xmp_grp_watch_start(sv);
     xmp_grp_kmsg_open(sv);
     for (size_t i = 0; i < sv->n_workers; i++)
         if (!sv->workers[i].running && xmp_worker_failed(sv->workers[i].rep))
@@ -591,7 +609,7 @@ xmp_group_run(struct xmp_supervisor *sv)
             xmp_cgroup_kill(w->cg, &err);
     }
     xmp_grp_try_reap_zygote(sv);
-    xmp_group_kill_orphans(sv->zy.running ? sv->zy.pid : 0);
+    xmp_group_kill_orphans(sv, sv->zy.running ? sv->zy.pid : 0);
     for (size_t i = 0; i < sv->n_workers; i++)
         drain_streams(sv, &sv->workers[i]);
     service_consoles(sv);

@@ -20,8 +20,8 @@ void xmp_group_run(struct xmp_supervisor *sv);
 void xmp_group_take_signals(struct xmp_supervisor *sv);
 
 /* Kills and reaps every remaining child of xmprun (bounded wait) but keep (0: none), the
- * zygote that outlives a run. */
-void xmp_group_kill_orphans(pid_t keep);
+ * zygote that outlives a run, and the workers given up on as unkillable. */
+void xmp_group_kill_orphans(const struct xmp_supervisor *sv, pid_t keep);
 
 /* start: fork, after the last run: tells the zygote the job is over (ok: it succeeded) and
  * supervises it until it exits. */

@@ -58,6 +58,15 @@ void xmp_grp_try_reap_zygote(struct xmp_supervisor *sv);
 int xmp_grp_wait_worker(const struct xmp_worker *w, int options, siginfo_t *si, struct rusage *ru);
 char **xmp_grp_worker_environ(struct xmp_supervisor *sv, const struct xmp_plan_worker *pw);
 
+/* group_watch.c: the hang watchdog (armed at each run's start, checked on the timer, fed by
+ * the output pipes: before is the stream's n_read before the read) and the give-up on workers
+ * that SIGKILL does not end. */
+void xmp_grp_watch_start(struct xmp_supervisor *sv);
+void xmp_grp_watch_output(struct xmp_supervisor *sv, struct xmp_worker *w, uint64_t before,
+                          const struct xmp_stream *s);
+void xmp_grp_watch_tick(struct xmp_supervisor *sv, int64_t now);
+void xmp_grp_give_up_unkillable(struct xmp_supervisor *sv);
+
 /* group_kmsg.c: the NVIDIA driver's Xid events for the job's GPUs, from the kernel's log. */
 void xmp_grp_kmsg_open(struct xmp_supervisor *sv);
 void xmp_grp_kmsg_read(struct xmp_supervisor *sv);

@@ -80,8 +80,10 @@ xmp_grp_check_log(struct xmp_worker *w, struct xmp_stream *s)
 void
 xmp_grp_on_stream(struct xmp_supervisor *sv, struct xmp_worker *w, struct xmp_stream *s)
 {
+    uint64_t before = s->n_read;
     int eof = xmp_stream_read(s, READ_BUDGET);
 
+    xmp_grp_watch_output(sv, w, before, s);
     xmp_grp_check_log(w, s);
     if (eof != 0)
         xmp_grp_close_stream(sv, s);
@@ -132,6 +134,8 @@ end_state(const struct xmp_supervisor *sv, const struct xmp_worker *w)
 {
     if (w->start_failed)
         return XMP_WORKER_FAILED_TO_START;
+    if (w->stop_sent && w->hung)
+        return XMP_WORKER_HUNG;
     if (w->stop_sent)
         return sv->stopping == XMP_STOP_TIMEOUT ? XMP_WORKER_TIMEOUT : XMP_WORKER_STOPPED_BY_XMPRUN;
     return w->rep->signal > 0 ? XMP_WORKER_SIGNALED : XMP_WORKER_EXITED;

@@ -66,6 +66,9 @@ xmp_grp_kill_all_now(struct xmp_supervisor *sv)
         signal_worker(w, SIGKILL);
     }
     sv->kill_at_ns = 0;
+    /* A worker still there after this long is stuck where SIGKILL cannot reach it. */
+    if (sv->unkillable_at_ns == 0)
+        sv->unkillable_at_ns = xmp_now_ns() + XMP_UNKILLABLE_MS * 1000000LL;
     xmp_grp_arm_timer(sv);
 }
 

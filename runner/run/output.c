@@ -91,6 +91,7 @@ xmp_stream_init(struct xmp_stream *s, int fd, int rank, struct xmp_console *cons
     s->log_errno = 0;
     s->tail = tail;
     s->len = 0;
+    s->n_read = 0;
     s->buf = malloc(XMP_LINE_MAX);
     return s->buf != NULL ? 0 : -1;
 }
@@ -412,6 +413,7 @@ xmp_stream_read(struct xmp_stream *s, size_t budget)
         if (s->log_fd >= 0)
             log_write(s, s->buf + s->len, (size_t)n);
         s->len += (size_t)n;
+        s->n_read += (uint64_t)n;
         budget -= (size_t)n;
         split_lines(s, false);
     }

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define XMP_LINE_MAX      (64 * 1024) /* longer lines are split */
 #define XMP_TAIL_LINE_MAX 4096        /* a tail line longer than this is cut */
@@ -69,6 +70,7 @@ struct xmp_stream {
     struct xmp_tail *tail; /* NULL: not kept */
     char *buf;             /* the partial line, XMP_LINE_MAX bytes */
     size_t len;
+    uint64_t n_read; /* bytes read from the pipe so far */
 };
 
 void xmp_tail_init(struct xmp_tail *t, size_t cap);

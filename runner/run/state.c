@@ -236,6 +236,8 @@ struct gc_ctx {
     size_t n_files;
     char **cleaned; /* the jobs something was really killed or removed for */
     size_t n_cleaned;
+    char **stuck; /* dead jobs whose processes did not die: left for a later gc */
+    size_t n_stuck;
     int pids_visible;     /* every owner pid can be checked from here: 1, 0, -1 not looked yet */
     size_t n_recounted;   /* names the cgroup scan takes that were counted already */
     struct xmp_error err; /* the first job that could not be cleaned */
@@ -285,7 +287,8 @@ is_orphan(const char *name, void *data)
     struct gc_ctx *ctx = data;
     pid_t owner;
 
-    if (in_list(ctx->live, ctx->n_live, name))
+    /* A job whose processes outlived SIGKILL for the whole wait is not waited for twice. */
+    if (in_list(ctx->live, ctx->n_live, name) || in_list(ctx->stuck, ctx->n_stuck, name))
         return false;
     /* Without a state file only the owner pid in the name is left to judge by, and from inside
      * a pid namespace the owners outside it look dead: never collect on that basis there. */
@@ -400,8 +403,14 @@ scan_state_file(const char *dir, const char *file, struct gc_ctx *ctx)
         if (!ctx->failed) {
             ctx->err = e;
             xmp_error_wrap(&ctx->err, "%s", cg);
+            if (e.errnum == EBUSY)
+                snprintf(ctx->err.msg + strlen(ctx->err.msg),
+                         sizeof(ctx->err.msg) - strlen(ctx->err.msg),
+                         " (SIGKILL cannot end them: D state, or a frozen cgroup); left for a "
+                         "later gc");
         }
         ctx->failed = true;
+        push(&ctx->stuck, &ctx->n_stuck, cg);
     } else {
         push(&ctx->files, &ctx->n_files, path);
         if (ret > 0 || did)
@@ -545,5 +554,6 @@ xmp_state_gc(const char *dir, struct xmp_error *err)
     free_list(ctx.dead, ctx.n_dead);
     free_list(ctx.live, ctx.n_live);
     free_list(ctx.cleaned, ctx.n_cleaned);
+    free_list(ctx.stuck, ctx.n_stuck);
     return ret;
 }

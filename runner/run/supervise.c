@@ -77,7 +77,10 @@ destroy_worker_cgroups(struct xmp_supervisor *sv)
 
     for (size_t i = 0; i < sv->n_workers; i++) {
         struct xmp_worker *w = &sv->workers[i];
-        if (w->cg != NULL && xmp_cgroup_destroy(w->cg, &err) < 0)
+        /* An unkillable worker's cgroup stays for gc (see xmp_grp_give_up_unkillable). */
+        if (w->unkillable)
+            xmp_cgroup_abandon(w->cg);
+        else if (w->cg != NULL && xmp_cgroup_destroy(w->cg, &err) < 0)
             fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank, err.msg);
         w->cg = NULL;
     }
@@ -153,7 +156,9 @@ destroy_cgroups(struct xmp_supervisor *sv)
     if (sv->zy.cg != NULL && xmp_cgroup_destroy(sv->zy.cg, &err) < 0)
         fprintf(stderr, "xmprun: warning: zygote: %s\n", err.msg);
     sv->zy.cg = NULL;
-    if (sv->job_cg != NULL && xmp_cgroup_destroy(sv->job_cg, &err) < 0)
+    if (sv->left_behind)
+        xmp_cgroup_abandon(sv->job_cg);
+    else if (sv->job_cg != NULL && xmp_cgroup_destroy(sv->job_cg, &err) < 0)
         fprintf(stderr, "xmprun: warning: %s\n", err.msg);
     sv->job_cg = NULL;
 }
@@ -508,7 +513,7 @@ run_job(struct xmp_supervisor *sv)
         /* start: fork restarts by forking again from the same zygote, which must still live. */
         if (!group_failed(sv) || sv->report.interrupt_signal != 0 || sv->report.timed_out ||
             sv->restart >= sv->spec->restarts || (sv->fork_mode && !sv->zy.running) ||
-            sv->report.zygote_failed)
+            sv->report.zygote_failed || sv->left_behind)
             return;
         record_attempt(sv);
         /* Fresh cgroups, so that the next run's peak memory and OOM count are its own and
@@ -780,8 +785,9 @@ done:
     }
     /* Destroying the cgroups killed what was left; those were xmprun's children (it is their
      * subreaper), so reap them rather than leave zombies. */
-    xmp_group_kill_orphans(0);
-    if (sv.state_written)
+    xmp_group_kill_orphans(&sv, 0);
+    /* What an unkillable worker left is gc's, which finds it through the state file. */
+    if (sv.state_written && !sv.left_behind)
         xmp_state_remove(sv.state_dir, sv.plan.cgroup_name);
 
     if (report_started && xmp_file_write_atomic_finish(&commit, &err) < 0)

@@ -40,7 +40,13 @@ enum xmp_ev_kind {
     XMP_EV_KMSG,    /* the kernel's log, for the GPUs' Xid events */
 };
 
-enum xmp_stop_reason { XMP_STOP_NONE = 0, XMP_STOP_FAILURE, XMP_STOP_TIMEOUT, XMP_STOP_INTERRUPT };
+enum xmp_stop_reason {
+    XMP_STOP_NONE = 0,
+    XMP_STOP_FAILURE,
+    XMP_STOP_TIMEOUT,
+    XMP_STOP_INTERRUPT,
+    XMP_STOP_HUNG, /* the hang watchdog (group_watch.c) */
+};
 
 struct xmp_worker {
     const struct xmp_plan_worker *pw;
@@ -51,10 +57,18 @@ struct xmp_worker {
     bool has_cpus;
     pid_t pid;
     int pidfd;
-    struct xmp_spawned spawned;          /* its exec status arrives through spawned.status_fd */
-    bool running;                        /* a process to reap */
-    bool start_failed;                   /* the child reported why it could not exec */
-    bool stop_sent;                      /* xmprun asked it to stop */
+    struct xmp_spawned spawned; /* its exec status arrives through spawned.status_fd */
+    bool running;               /* a process to reap */
+    bool start_failed;          /* the child reported why it could not exec */
+    bool stop_sent;             /* xmprun asked it to stop */
+    bool hung;                  /* the hang watchdog stopped the job for it */
+    bool unkillable;            /* SIGKILL did not end it: left behind, unreaped */
+    /* The hang watchdog (group_watch.c): its last output (as the pipes saw it), the earliest
+     * its CPU time can have last grown (the check before the one that saw it grow), and the CPU
+     * time that check read (-1: none yet). */
+    int64_t output_ns;
+    int64_t cpu_ns;
+    int64_t cpu_usec;
     struct xmp_cgroup_oom_snap oom_snap; /* the limit counters of its chain at its start */
     struct xmp_stream out;
     struct xmp_stream err;
@@ -112,9 +126,13 @@ struct xmp_supervisor {
     size_t n_workers;
     size_t n_running;
     enum xmp_stop_reason stopping;
-    int64_t kill_at_ns;   /* 0: no kill pending */
-    int64_t deadline_ns;  /* 0: no timeout */
-    int64_t peer_wait_ns; /* a worker lost its peer: when the job stops if nothing else fails */
+    int64_t kill_at_ns;       /* 0: no kill pending */
+    int64_t deadline_ns;      /* 0: no timeout */
+    int64_t peer_wait_ns;     /* a worker lost its peer: when the job stops if nothing else fails */
+    int64_t watch_at_ns;      /* the hang watchdog's next check, 0: off */
+    int64_t watch_prev_ns;    /* its last check (the run's start before the first) */
+    int64_t unkillable_at_ns; /* SIGKILL was sent: when a worker still there is given up on */
+    bool left_behind;         /* a worker was unkillable: its cgroup and state file stay for gc */
     /* The descriptors allow holding each worker's cgroup files open (xmp_cgroup_hold), which
      * the idle loop does for workers [0, held_upto) so far. */
     bool hold_files;

@@ -93,6 +93,9 @@ struct xmp_spec {
     enum xmp_failure_action on_failure;
     int64_t grace_ms;
     long restarts;
+    /* on_failure.hang_timeout: a worker with no output and no CPU time for this long is hung
+     * (0 = off, the default). */
+    int64_t hang_timeout_ms;
     int64_t timeout_ms; /* 0 = none */
     enum xmp_console_mode console;
     char *log_dir; /* NULL = none */

@@ -51,9 +51,11 @@ static const struct xmp_keydef isolation_keys[] = {[I_CGROUPS] = {"cgroups"},
                                                    [I_DEVICES] = {"devices"},
                                                    [I_USER] = {"user"}};
 
-enum { F_ACTION, F_GRACE, F_RESTARTS, F_N };
-static const struct xmp_keydef failure_keys[] = {
-    [F_ACTION] = {"action"}, [F_GRACE] = {"grace"}, [F_RESTARTS] = {"restarts"}};
+enum { F_ACTION, F_GRACE, F_RESTARTS, F_HANG_TIMEOUT, F_N };
+static const struct xmp_keydef failure_keys[] = {[F_ACTION] = {"action"},
+                                                 [F_GRACE] = {"grace"},
+                                                 [F_RESTARTS] = {"restarts"},
+                                                 [F_HANG_TIMEOUT] = {"hang_timeout"}};
 
 enum { L_CONSOLE, L_DIR, L_TAIL, L_N };
 static const struct xmp_keydef log_keys[] = {
@@ -556,6 +558,8 @@ check_on_failure(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec 
         xmp_check_duration(c, v[F_GRACE], "on_failure.grace", &s->grace_ms);
     if (v[F_RESTARTS])
         xmp_check_int(c, v[F_RESTARTS], "on_failure.restarts", 0, INT_MAX, false, 0, &s->restarts);
+    if (v[F_HANG_TIMEOUT])
+        xmp_check_duration(c, v[F_HANG_TIMEOUT], "on_failure.hang_timeout", &s->hang_timeout_ms);
 }
 
 static void
@@ -627,6 +631,7 @@ set_defaults(struct xmp_spec *s)
     s->on_failure = XMP_FAILURE_KILL_ALL;
     s->grace_ms = 5000; /* fits inside Docker/Podman's 10 s stop timeout (SPEC.md) */
     s->restarts = 0;
+    s->hang_timeout_ms = 0;
     s->timeout_ms = 0;
     s->console = XMP_CONSOLE_PREFIX;
     s->log_tail = 40;

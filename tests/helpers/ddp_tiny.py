@@ -1,8 +1,12 @@
 # A tiny real DDP job over gloo for the multi-node tests: a 4->1 linear model trained for 20
 # steps, then every rank checks that all ranks hold the same weights. FAIL_RANK=r makes rank r
-# exit 7 at step 5, as a worker that crashes mid-training. Run with Debian's /usr/bin/python3.
+# exit 7 at step 5, as a worker that crashes mid-training. HANG_RANK=r gives every step 1.5 s of
+# compute and makes rank r sleep at the start of step 1, as a worker that stops stepping: the
+# others compute their step, then block in the gradients' all_reduce. Run with Debian's
+# /usr/bin/python3.
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -11,11 +15,19 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 fail = os.environ.get("FAIL_RANK")
+hang = os.environ.get("HANG_RANK")
 torch.manual_seed(0)
 model = DDP(torch.nn.Linear(4, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 torch.manual_seed(rank)
 for step in range(20):
+    if hang is not None:
+        if int(hang) == rank and step == 1:
+            print(f"rank {rank} hangs on purpose at step {step}", flush=True)
+            time.sleep(3600)
+        start = time.monotonic()
+        while time.monotonic() - start < 1.5:
+            pass
     loss = model(torch.randn(8, 4)).pow(2).mean()
     opt.zero_grad()
     loss.backward()

@@ -1,0 +1,262 @@
+/* One run of the worker group: the watchdogs. The hang watchdog (on_failure.hang_timeout) reads
+ * each worker's CPU time once a second and takes its last output from the pipes; a hung worker
+ * stops the job through the same path as a failure. The unkillable check gives up on a worker
+ * that SIGKILL has not ended within XMP_UNKILLABLE_MS and leaves it, and its cgroup, to gc. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "runner/run/group_internal.h"
+
+#include "isolate/cleanup.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#define WATCH_PERIOD_NS 1000000000LL
+
+/* CPU time below 1% of one CPU between two checks is no progress: an idle PyTorch worker's
+ * background threads (gloo's and NCCL's watchdogs and pollers) use about 0.2% while its main
+ * thread waits in a collective or sleeps. */
+#define IDLE_CPU_DIVISOR 100
+
+/* How deep the /proc walk of a worker without a cgroup goes below it. */
+#define PROC_TREE_DEPTH 8
+
+static ssize_t
+read_proc(pid_t pid, const char *what, char *buf, size_t size)
+{
+    char path[64];
+    cleanup_close int fd = -1;
+    ssize_t n;
+
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, what);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    n = read(fd, buf, size - 1);
+    if (n < 0)
+        return -1;
+    buf[n] = '\0';
+    return n;
+}
+
+/* Fields 14-17 of /proc/PID/stat (utime, stime and those of the children it reaped, in clock
+ * ticks) and the state letter (field 3); counted from the last ')', since the command name may
+ * hold spaces and parentheses. */
+static bool
+proc_stat(pid_t pid, char *state, long long *ticks)
+{
+    char buf[1024];
+    long long ut, st, cut, cst;
+    char *p;
+
+    if (read_proc(pid, "stat", buf, sizeof(buf)) <= 0 || (p = strrchr(buf, ')')) == NULL)
+        return false;
+    if (sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld %lld %lld", state, &ut,
+               &st, &cut, &cst) != 5)
+        return false;
+    *ticks = ut + st + cut + cst;
+    return true;
+}
+
+/* The CPU ticks of pid and of every live process below it (its threads' children). */
+static long long
+proc_tree_ticks(pid_t pid, int depth)
+{
+    char state, path[64], kids[4096];
+    long long total = 0;
+    struct dirent *de;
+    DIR *d;
+
+    if (!proc_stat(pid, &state, &total))
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    if (depth == 0 || (d = opendir(path)) == NULL)
+        return total;
+    while ((de = readdir(d)) != NULL) {
+        char what[300];
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(what, sizeof(what), "task/%s/children", de->d_name);
+        if (read_proc(pid, what, kids, sizeof(kids)) <= 0)
+            continue;
+        for (char *p = kids, *end; *p != '\0'; p = end) {
+            long child = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            total += proc_tree_ticks((pid_t)child, depth - 1);
+        }
+    }
+    closedir(d);
+    return total;
+}
+
+/* The worker's CPU time so far, in microseconds: its cgroup's counters (cpu.stat, or cpuacct on
+ * cgroup v1), which take in everything it forked; without a cgroup, its processes' (the ones
+ * still alive, and what they reaped). -1 when unknown. */
+static int64_t
+worker_cpu_usec(struct xmp_worker *w)
+{
+    struct xmp_cgroup_stats st;
+    struct xmp_error err = {0};
+
+    if (w->cg != NULL && xmp_cgroup_read_stats(w->cg, &st, &err) == 0 && st.user_usec >= 0)
+        return st.user_usec + (st.system_usec > 0 ? st.system_usec : 0);
+    if (w->pid <= 0)
+        return -1;
+    return proc_tree_ticks(w->pid, PROC_TREE_DEPTH) * 1000000 / sysconf(_SC_CLK_TCK);
+}
+
+void
+xmp_grp_watch_start(struct xmp_supervisor *sv)
+{
+    int64_t now = xmp_now_ns();
+
+    sv->report.hung = NULL;
+    sv->report.hang_timeout_ms = sv->spec->hang_timeout_ms;
+    sv->unkillable_at_ns = 0;
+    sv->watch_at_ns = sv->spec->hang_timeout_ms > 0 ? now + WATCH_PERIOD_NS : 0;
+    sv->watch_prev_ns = now;
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        w->hung = w->unkillable = false;
+        w->output_ns = w->cpu_ns = now;
+        w->cpu_usec = -1;
+    }
+    xmp_grp_arm_timer(sv);
+}
+
+void
+xmp_grp_watch_output(struct xmp_supervisor *sv, struct xmp_worker *w, uint64_t before,
+                     const struct xmp_stream *s)
+{
+    if (sv->watch_at_ns > 0 && s->n_read != before)
+        w->output_ns = xmp_now_ns();
+}
+
+/* The last time the worker is known to have made progress: its last output, or the earliest
+ * its CPU time can have last grown. Of two workers that stopped between the same two checks,
+ * the one whose output stopped first is older. */
+static int64_t
+last_progress(const struct xmp_worker *w)
+{
+    return w->output_ns > w->cpu_ns ? w->output_ns : w->cpu_ns;
+}
+
+void
+xmp_grp_watch_tick(struct xmp_supervisor *sv, int64_t now)
+{
+    int64_t limit = sv->spec->hang_timeout_ms * 1000000;
+    struct xmp_worker *hung = NULL;
+
+    if (sv->watch_at_ns == 0 || now < sv->watch_at_ns)
+        return;
+    if (sv->stopping != XMP_STOP_NONE) {
+        sv->watch_at_ns = 0;
+        return;
+    }
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        int64_t cpu;
+        if (!w->running)
+            continue;
+        cpu = worker_cpu_usec(w);
+        if (cpu >= 0) {
+            int64_t grew = cpu - (w->cpu_usec >= 0 ? w->cpu_usec : 0);
+            if (grew > (now - sv->watch_prev_ns) / 1000 / IDLE_CPU_DIVISOR)
+                w->cpu_ns = sv->watch_prev_ns;
+            w->cpu_usec = cpu;
+        }
+        /* When the others are blocked waiting for the hung one (in a collective), they all
+         * go quiet: the one that stopped first is the cause. */
+        if (now - last_progress(w) >= limit &&
+            (hung == NULL || last_progress(w) < last_progress(hung)))
+            hung = w;
+    }
+    sv->watch_prev_ns = now;
+    /* On a fixed beat from the run's start, however late this check ran. */
+    while (sv->watch_at_ns <= now)
+        sv->watch_at_ns += WATCH_PERIOD_NS;
+    if (hung == NULL)
+        return;
+    hung->hung = true;
+    sv->report.hung = hung->rep;
+    sv->report.hung_mono_ns = now;
+    sv->watch_at_ns = 0;
+    xmp_grp_stop_all(sv, XMP_STOP_HUNG, SIGTERM);
+}
+
+/* Where the stuck process is, for the report: its state letter, wchan and kernel stack. */
+static void
+read_stuck(pid_t pid, struct xmp_unkillable *u)
+{
+    char buf[4096], state = '\0';
+    long long ticks;
+
+    memset(u, 0, sizeof(*u));
+    if (proc_stat(pid, &state, &ticks))
+        u->state[0] = state;
+    if (read_proc(pid, "wchan", buf, sizeof(buf)) > 0 && strcmp(buf, "0") != 0)
+        snprintf(u->wchan, sizeof(u->wchan), "%.63s", buf);
+    if (read_proc(pid, "stack", buf, sizeof(buf)) <= 0)
+        return;
+    for (char *line = strtok(buf, "\n"); line != NULL && u->n_stack < 16;
+         line = strtok(NULL, "\n")) {
+        /* "[<0>] hrtimer_nanosleep+0x74/0xf0": the address is zeroed for all but root. */
+        char *frame = strstr(line, "] ");
+        snprintf(u->stack[u->n_stack++], sizeof(u->stack[0]), "%s", frame ? frame + 2 : line);
+    }
+}
+
+void
+xmp_grp_give_up_unkillable(struct xmp_supervisor *sv)
+{
+    sv->unkillable_at_ns = 0;
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        struct xmp_worker_report *rep = w->rep;
+        struct xmp_unkillable *u = &rep->unkillable;
+        size_t len = strlen(sv->report.cgroup_note);
+        char what[512];
+
+        if (!w->running)
+            continue;
+        read_stuck(w->pid, u);
+        if (w->cg != NULL)
+            snprintf(u->cgroup, sizeof(u->cgroup), "%s", xmp_cgroup_path(w->cg));
+        xmp_now_real(&rep->ended_at);
+        rep->ended_mono_ns = xmp_now_ns();
+        rep->state = XMP_WORKER_UNKILLABLE;
+        rep->exit_code = -1;
+        rep->signal = 0;
+        /* Never reaped: its pidfd goes, and the run ends without it. */
+        xmp_grp_ep_del(sv, w->pidfd);
+        if (w->pidfd >= 0)
+            close(w->pidfd);
+        w->pidfd = -1;
+        w->running = false;
+        w->unkillable = true;
+        sv->n_running--;
+        sv->left_behind = true;
+        xmp_worker_describe(rep, what, sizeof(what));
+        if (!xmp_quiet(sv)) {
+            xmp_status_erase(&sv->status);
+            fprintf(stderr, "xmprun: %s; %s%s%s\n", what,
+                    w->cg != NULL ? "its cgroup `" : "it is left behind",
+                    w->cg != NULL ? u->cgroup : "",
+                    w->cg != NULL ? "` is left for `xmprun gc`, which removes it once the "
+                                    "process is gone"
+                                  : "");
+        }
+        if (w->cg != NULL)
+            snprintf(sv->report.cgroup_note + len, sizeof(sv->report.cgroup_note) - len,
+                     "%sworker %d's cgroup `%s` is left for `xmprun gc`: its process did not die "
+                     "of SIGKILL",
+                     len > 0 ? "; " : "", rep->rank, u->cgroup);
+    }
+}
