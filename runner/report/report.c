@@ -10,6 +10,7 @@
 #include "isolate/file.h"
 #include "runner/report/gpu.h"
 #include "runner/report/peer.h"
+#include "runner/report/stacks.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -368,6 +369,25 @@ xmp_report_describe_hang(const struct xmp_worker_report *w, int64_t idle_ms, con
              where != NULL && where[0] != '\0' ? ", in " : "", where != NULL ? where : "");
 }
 
+/* Where a hung worker was, as its root cause quotes it ("`all_reduce` (FILE:LINE)"): its main
+ * thread's innermost frame, from the stacks taken before it was stopped; "" without them. */
+static void
+hang_where(const struct xmp_worker_report *w, char *buf, size_t size)
+{
+    char frame[200];
+    const char *open;
+
+    buf[0] = '\0';
+    if (w->stacks == NULL || w->stacks->n_threads == 0 ||
+        xmp_stacks_thread_innermost(&w->stacks->threads[0], frame, sizeof(frame))[0] == '\0')
+        return;
+    open = strstr(frame, " (");
+    if (open == NULL)
+        snprintf(buf, size, "`%s`", frame);
+    else
+        snprintf(buf, size, "`%.*s`%s", (int)(open - frame), frame, open);
+}
+
 void
 xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
 {
@@ -551,14 +571,17 @@ xmp_report_finish(struct xmp_report *r)
         snprintf(r->cause_reason, sizeof(r->cause_reason), "timeout");
         snprintf(r->cause_message, sizeof(r->cause_message), "the job hit its %s timeout", dur);
         return;
-    case XMP_CAUSE_HUNG:
+    case XMP_CAUSE_HUNG: {
+        char where[256]; /* a frame of 200, two backticks */
         r->outcome = XMP_OUTCOME_TIMEOUT;
         r->exit_code = 124;
         r->cause_rank = r->hung->rank;
         snprintf(r->cause_reason, sizeof(r->cause_reason), "hung");
-        xmp_report_describe_hang(r->hung, r->hang_timeout_ms, r->hung_where, r->cause_message,
+        hang_where(r->hung, where, sizeof(where));
+        xmp_report_describe_hang(r->hung, r->hang_timeout_ms, where, r->cause_message,
                                  sizeof(r->cause_message));
         return;
+    }
     case XMP_CAUSE_INTERRUPTED:
         r->outcome = XMP_OUTCOME_INTERRUPTED;
         r->exit_code = 128 + r->interrupt_signal;

@@ -162,13 +162,10 @@ struct xmp_report {
     int64_t interrupt_mono_ns;
     bool timed_out;
     int64_t timeout_ms;
-    /* The hang watchdog: the worker it found hung (NULL: none), when, and the hang_timeout.
-     * hung_where is the hung worker's innermost frame, "`FUNC` (FILE:LINE)", when a stack
-     * capture knows it, else "": the root cause then ends ", in " and that. */
+    /* The hang watchdog: the worker it found hung (NULL: none), when, and the hang_timeout. */
     const struct xmp_worker_report *hung;
     int64_t hung_mono_ns;
     int64_t hang_timeout_ms;
-    char hung_where[256];
     int64_t timeout_mono_ns;
     int restarts; /* how many times the group was restarted */
     int restarts_allowed;
