@@ -1,5 +1,5 @@
-/* Host discovery: allowed CPUs, NUMA nodes, NVIDIA GPUs (procfs + sysfs, confirmed by NVML through
- * dlopen on the real host) and TPU chips (sysfs), every file read below a root directory so that
+/* Host discovery: allowed CPUs, NUMA nodes, NVIDIA GPUs (procfs + sysfs, and on the real host
+ * their device nodes) and TPU chips (sysfs), every file read below a root directory so that
  * fixture trees stand in for hosts. Also the Linux cpulist format. */
 #define _GNU_SOURCE
 #include "runner/plan/host.h"
@@ -8,7 +8,6 @@
 
 #include <ctype.h>
 #include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -291,10 +290,8 @@ read_pci_locality(const struct xmp_host *host, struct xmp_device *dev, struct xm
     return 0;
 }
 
-/* sysfs and NVML spell PCI addresses differently ("0000:18:00.0", "00000000:18:00.0", upper
- * case): keep the last 12 characters, lower case, which is the sysfs form. */
-static void
-normalize_pci(const char *in, char *out, size_t size)
+void
+xmp_pci_normalize(const char *in, char *out, size_t size)
 {
     size_t len = strlen(in);
     const char *p = len > 12 ? in + len - 12 : in;
@@ -371,7 +368,7 @@ read_gpu_information(const char *path, struct xmp_device *dev, struct xmp_error 
     }
     if (bus[0] == '\0')
         return xmp_error_set(err, 0, "`%s`: no \"Bus Location:\" line", path);
-    normalize_pci(bus, dev->pci, sizeof(dev->pci));
+    xmp_pci_normalize(bus, dev->pci, sizeof(dev->pci));
     return 0;
 }
 
@@ -384,8 +381,24 @@ is_nvidia_gpu(const struct pci_attrs *a)
            (strncmp(a->class_, "0x0300", 6) == 0 || strncmp(a->class_, "0x0302", 6) == 0);
 }
 
+/* On the real host, whether this process can see the GPU's device node. The driver lists every
+ * GPU it binds, but a container may be given a subset of them: the ones whose /dev/nvidia<minor>
+ * it was given, beside the control node (without the control node, none are created yet, and
+ * CUDA creates them when it starts). This is what NVML's list used to be read for, at the cost
+ * of its init and shutdown (20 ms) on every start. */
+static bool
+gpu_node_visible(const struct xmp_device *dev, bool real)
+{
+    char path[64];
+
+    if (!real || dev->dev_minor < 0 || access("/dev/nvidiactl", F_OK) != 0)
+        return true;
+    snprintf(path, sizeof(path), "/dev/nvidia%d", dev->dev_minor);
+    return access(path, F_OK) == 0;
+}
+
 static int
-discover_gpus_procfs(struct xmp_host *host, struct xmp_error *err)
+discover_gpus_procfs(struct xmp_host *host, bool real, struct xmp_error *err)
 {
     char dir_path[4096];
     DIR *dir;
@@ -415,7 +428,7 @@ discover_gpus_procfs(struct xmp_host *host, struct xmp_error *err)
         read_pci_attrs(host, dev.pci, true, &attrs);
         /* The driver lists what it binds; sysfs, when present, must agree that this is a GPU
          * (a mismatch means a stale or foreign procfs entry, which CUDA would not count). */
-        if (attrs.present && !is_nvidia_gpu(&attrs))
+        if ((attrs.present && !is_nvidia_gpu(&attrs)) || !gpu_node_visible(&dev, real))
             continue;
         if (read_pci_locality(host, &dev, err) < 0 ||
             append_device(&host->gpus, &host->n_gpus, &dev, err) < 0) {
@@ -424,112 +437,6 @@ discover_gpus_procfs(struct xmp_host *host, struct xmp_error *err)
         }
     }
     closedir(dir);
-    return ret;
-}
-
-/* The few NVML entry points used, declared here because no NVML headers are installed. Layouts
- * follow nvml.h (nvmlPciInfo_t for nvmlDeviceGetPciInfo_v3). */
-typedef int nvml_return;
-typedef struct nvml_device *nvml_device;
-struct nvml_pci_info {
-    char bus_id_legacy[16];
-    unsigned int domain;
-    unsigned int bus;
-    unsigned int device;
-    unsigned int pci_device_id;
-    unsigned int pci_subsystem_id;
-    char bus_id[32];
-};
-
-struct nvml_api {
-    nvml_return (*init)(void);
-    nvml_return (*shutdown)(void);
-    nvml_return (*count)(unsigned int *);
-    nvml_return (*handle)(unsigned int, nvml_device *);
-    nvml_return (*uuid)(nvml_device, char *, unsigned int);
-    nvml_return (*pci)(nvml_device, struct nvml_pci_info *);
-    nvml_return (*name)(nvml_device, char *, unsigned int);
-};
-
-static bool
-load_nvml(void *lib, struct nvml_api *api)
-{
-    *(void **)&api->init = dlsym(lib, "nvmlInit_v2");
-    *(void **)&api->shutdown = dlsym(lib, "nvmlShutdown");
-    *(void **)&api->count = dlsym(lib, "nvmlDeviceGetCount_v2");
-    *(void **)&api->handle = dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
-    *(void **)&api->uuid = dlsym(lib, "nvmlDeviceGetUUID");
-    *(void **)&api->pci = dlsym(lib, "nvmlDeviceGetPciInfo_v3");
-    *(void **)&api->name = dlsym(lib, "nvmlDeviceGetName");
-    return api->init && api->shutdown && api->count && api->handle && api->uuid && api->pci &&
-           api->name;
-}
-
-/* NVML sees exactly the GPUs this process can open (a container may mount a subset of the ones
- * procfs lists), so when it works its list replaces procfs's; sysfs still gives the locality.
- * Any NVML failure leaves the procfs result as it was: NVML is a confirmation, not a need. */
-static int
-discover_gpus_nvml(struct xmp_host *host, struct xmp_error *err)
-{
-    /* NVML cannot work without the driver's control node, and looking for the library along
-     * the whole loader path costs ~70 system calls on every start of a machine without GPUs. */
-    void *lib = access("/dev/nvidiactl", F_OK) == 0
-                    ? dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)
-                    : NULL;
-    struct nvml_api api;
-    struct xmp_device *devs = NULL;
-    size_t n = 0;
-    unsigned int count = 0;
-    int ret = 0;
-
-    if (lib == NULL)
-        return 0;
-    if (!load_nvml(lib, &api) || api.init() != 0) {
-        dlclose(lib);
-        return 0;
-    }
-    if (api.count(&count) != 0)
-        goto out;
-    for (unsigned int i = 0; i < count; i++) {
-        nvml_device h = NULL;
-        struct nvml_pci_info pci;
-        char uuid[96] = "";
-        struct xmp_device dev;
-
-        memset(&dev, 0, sizeof(dev));
-        memset(&pci, 0, sizeof(pci));
-        dev.kind = XMP_DEVICE_CUDA;
-        dev.dev_major = dev.dev_minor = -1;
-        if (api.handle(i, &h) != 0 || api.pci(h, &pci) != 0)
-            goto out;
-        normalize_pci(pci.bus_id, dev.pci, sizeof(dev.pci));
-        /* NVML wants room for its longest UUID form (96 bytes), more than a GPU UUID needs. */
-        if (api.uuid(h, uuid, sizeof(uuid)) == 0)
-            snprintf(dev.uuid, sizeof(dev.uuid), "%s", uuid);
-        if (api.name(h, dev.model, sizeof(dev.model)) != 0)
-            dev.model[0] = '\0';
-        if (read_pci_locality(host, &dev, err) < 0 || append_device(&devs, &n, &dev, err) < 0) {
-            ret = -1;
-            goto out;
-        }
-    }
-    /* Keep procfs's model text where NVML had none, and its device node numbers. */
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < host->n_gpus; j++)
-            if (strcmp(devs[i].pci, host->gpus[j].pci) == 0) {
-                if (devs[i].model[0] == '\0')
-                    memcpy(devs[i].model, host->gpus[j].model, sizeof(devs[i].model));
-                devs[i].dev_major = host->gpus[j].dev_major;
-                devs[i].dev_minor = host->gpus[j].dev_minor;
-            }
-    free(host->gpus);
-    host->gpus = steal_pointer(&devs);
-    host->n_gpus = n;
-    host->nvml = true;
-out:
-    free(devs);
-    api.shutdown();
-    dlclose(lib);
     return ret;
 }
 
@@ -614,7 +521,7 @@ discover_tpus(struct xmp_host *host, struct xmp_error *err)
             continue;
         memset(&dev, 0, sizeof(dev));
         dev.kind = XMP_DEVICE_TPU;
-        normalize_pci(de->d_name, dev.pci, sizeof(dev.pci));
+        xmp_pci_normalize(de->d_name, dev.pci, sizeof(dev.pci));
         tpu_node(host, de->d_name, &dev);
         snprintf(dev.model, sizeof(dev.model), "TPU %s", version);
         snprintf(host->tpu_version, sizeof(host->tpu_version), "%s", version);
@@ -723,8 +630,7 @@ xmp_host_discover(const char *root, struct xmp_host *out, struct xmp_error *err)
     discover_majors(&host);
     if (discover_allowed(&host, real, err) < 0 || discover_hostname(&host, real, err) < 0 ||
         discover_cores(&host, err) < 0 || discover_numa(&host, err) < 0 ||
-        discover_gpus_procfs(&host, err) < 0 || (real && discover_gpus_nvml(&host, err) < 0) ||
-        discover_tpus(&host, err) < 0) {
+        discover_gpus_procfs(&host, real, err) < 0 || discover_tpus(&host, err) < 0) {
         /* The caller adds "host discovery"; the message already names the file. */
         xmp_host_free(&host);
         return -1;

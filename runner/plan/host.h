@@ -57,7 +57,6 @@ struct xmp_host {
     char hostname[256];
     struct xmp_numa_node *nodes; /* the NUMA nodes found, by id; n_nodes may be 0 */
     size_t n_nodes;
-    bool nvml;    /* NVML was loaded and confirmed the GPU list (real root only) */
     int *core_of; /* CPU_SETSIZE entries: the lowest CPU of each allowed CPU's core (its thread
                    * siblings); NULL when sysfs has no topology */
     /* The nodes every worker of the kind shares: nvidiactl, nvidia-uvm, nvidia-uvm-tools,
@@ -71,10 +70,15 @@ struct xmp_host {
 };
 
 /* Discovers the host below root (NULL or "" means "/"). For a fixture root, the allowed CPUs come
- * from ROOT/sys/devices/system/cpu/online instead of sched_getaffinity. NVML is tried through
- * dlopen only for the real root. */
+ * from ROOT/sys/devices/system/cpu/online instead of sched_getaffinity. NVML is not used: procfs
+ * gives index, UUID, PCI address and model, and on the real root the device nodes say which
+ * GPUs this process has. */
 int xmp_host_discover(const char *root, struct xmp_host *out, struct xmp_error *err);
 void xmp_host_free(struct xmp_host *host);
+
+/* sysfs and NVML spell PCI addresses differently ("0000:18:00.0", "00000000:18:00.0", upper
+ * case): keeps the last 12 characters, lower case, which is the sysfs form. */
+void xmp_pci_normalize(const char *in, char *out, size_t size);
 
 /* The TPU generation ("v4", "v5e", ...) of a Google PCI device id, or NULL when the id is not a
  * TPU chip that torch_xla recognises. */

@@ -409,12 +409,53 @@ error_file_message(const struct xmp_worker_report *w)
     return json_is_string(m) && json_string_length(m) > 0 ? json_string_value(m) : NULL;
 }
 
+/* Whether line is the last line of a Python traceback: "ModuleNotFoundError: No module named
+ * 'x'", "torch.OutOfMemoryError: ...", "KeyboardInterrupt" (a dotted name ending in Error,
+ * Exception, Interrupt or Exit, alone or before ": "). */
+static bool
+is_exception_line(const char *line)
+{
+    static const char *const ends[] = {"Error", "Exception", "Interrupt", "Exit"};
+    size_t n = strspn(line, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.");
+
+    if (n == 0 || (line[n] != '\0' && strncmp(line + n, ": ", 2) != 0))
+        return false;
+    for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
+        size_t e = strlen(ends[i]);
+        if (n >= e && strncmp(line + n - e, ends[i], e) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The zygote's own words in its stderr tail: its last exception line (exception set), else its
+ * last line that is not blank; NULL when it wrote nothing. */
+static const char *
+tail_words(const struct xmp_worker_report *z, bool *exception)
+{
+    const char *last = NULL;
+
+    for (size_t i = z->n_tail; i-- > 0;) {
+        const char *line = z->stderr_tail[i];
+        if (is_exception_line(line)) {
+            *exception = true;
+            return line;
+        }
+        if (last == NULL && line[strspn(line, " \t\r")] != '\0')
+            last = line;
+    }
+    *exception = false;
+    return last;
+}
+
 /* "the zygote exited with status 1 before it forked the workers: ...". */
 static void
 describe_zygote(const struct xmp_report *r, char *buf, size_t size)
 {
     const struct xmp_worker_report *z = r->zygote;
     size_t len;
+    bool exception = false;
+    const char *words = tail_words(z, &exception);
 
     describe(z, "the zygote", buf, size);
     len = strlen(buf);
@@ -430,6 +471,12 @@ describe_zygote(const struct xmp_report *r, char *buf, size_t size)
              error_file_message(z) != NULL)
         /* It failed on its own, and the client wrote the exception down: its own words. */
         snprintf(buf + len, size - len, " before it forked the workers: %s", error_file_message(z));
+    else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED && exception)
+        /* No error file (it failed before the client was imported): its traceback's last line. */
+        snprintf(buf + len, size - len, " before it forked the workers: %s", words);
+    else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED && words != NULL)
+        snprintf(buf + len, size - len,
+                 " before it forked the workers; its standard error ends with \"%s\"", words);
     else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED)
         /* It failed on its own (an exception while loading, an import): its words are on its
          * standard error, not advice about spawn(). */

@@ -101,6 +101,15 @@ struct xmp_worker_report {
         struct timespec at;
     } faults[4];
     size_t n_faults;
+    /* The device memory its processes used on each of its GPUs, sampled from NVML about once a
+     * second while it ran (none when NVML could not be asked). */
+    struct xmp_gpu_memory {
+        char device[16]; /* "cuda:3" */
+        int64_t peak;    /* bytes, -1: NVML could not say */
+        int64_t current; /* bytes at the last sample, -1: unknown (the status line's) */
+        int64_t total;   /* the device's memory, bytes, -1: unknown */
+    } gpu_memory[4];
+    size_t n_gpu_memory;
     /* Killed by its seccomp filter (SIGSYS under a filter that kills): the profile's name
      * (borrowed; NULL otherwise) and the syscall's name when the kernel's audit record gave it. */
     const char *seccomp_profile;

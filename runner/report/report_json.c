@@ -190,6 +190,16 @@ worker_json(const struct xmp_worker_report *w)
         }
         json_object_set_new(o, "gpu_faults", faults);
     }
+    if (w->n_gpu_memory > 0) {
+        json_t *mem = json_array();
+        for (size_t i = 0; i < w->n_gpu_memory; i++) {
+            const struct xmp_gpu_memory *m = &w->gpu_memory[i];
+            json_array_append_new(mem, json_pack("{s:s, s:o, s:o}", "device", m->device,
+                                                 "peak_bytes", int_or_null(m->peak), "total_bytes",
+                                                 int_or_null(m->total)));
+        }
+        json_object_set_new(o, "gpu_memory", mem);
+    }
     return o;
 }
 
@@ -259,7 +269,10 @@ xmp_report_to_json(const struct xmp_report *r)
                       "signal", z->signal > 0 ? json_string(sig) : json_null(), "memory",
                       "limit_bytes", int_or_null(z->memory_limit), "peak_bytes",
                       int_or_null(z->memory_peak), "oom_kills", int_or_null(z->oom_kills)));
-        json_t *zo = json_object_get(o, "zygote");
+        json_t *zo = json_object_get(o, "zygote"), *ztail = json_array();
+        for (size_t i = 0; i < z->n_tail; i++)
+            json_array_append_new(ztail, utf8_json(z->stderr_tail[i]));
+        json_object_set_new(zo, "stderr_tail", ztail);
         json_object_set_new(zo, "error_file",
                             z->error_file != NULL ? json_incref(z->error_file) : json_null());
         if (z->error_file_note[0] != '\0')

@@ -157,7 +157,8 @@ consoles_pending(const struct xmp_supervisor *sv)
 static void
 service_status(struct xmp_supervisor *sv)
 {
-    struct xmp_status_info info = {.nearest_rank = -1, .nearest_memory = -1};
+    struct xmp_status_info info = {
+        .nearest_rank = -1, .nearest_memory = -1, .gpu_rank = -1, .gpu_memory = -1};
     double nearest = -1.0;
 
     if (!sv->status.due)
@@ -184,6 +185,7 @@ service_status(struct xmp_supervisor *sv)
         info.nearest_memory = cur;
         info.nearest_limit = lim > 0 ? lim : -1;
     }
+    xmp_grp_gpumem_status(sv, &info);
     xmp_status_draw(&sv->status, &info);
 }
 
@@ -392,6 +394,12 @@ dispatch(struct xmp_supervisor *sv, const struct epoll_event *ev)
     case XMP_EV_KMSG:
         xmp_grp_kmsg_read(sv);
         return;
+    case XMP_EV_GPUMEM:
+        xmp_grp_gpumem_sample(sv);
+        return;
+    case XMP_EV_ZSTDERR:
+        xmp_grp_on_zygote_stderr(sv, READ_BUDGET);
+        return;
     }
 }
 
@@ -587,6 +595,7 @@ xmp_group_run(struct xmp_supervisor *sv)
     write_state(sv);
     xmp_grp_watch_start(sv);
     xmp_grp_kmsg_open(sv);
+    xmp_grp_gpumem_open(sv);
     for (size_t i = 0; i < sv->n_workers; i++)
         if (!sv->workers[i].running && xmp_worker_failed(sv->workers[i].rep))
             xmp_grp_on_worker_failure(sv);
@@ -597,6 +606,7 @@ xmp_group_run(struct xmp_supervisor *sv)
     xmp_status_arm(&sv->status, false);
     sv->status.due = false;
     xmp_status_erase(&sv->status);
+    xmp_grp_gpumem_close(sv);
 
     /* Whatever a worker left behind in its process group is part of the job and ends with it;
      * the cgroups catch the rest when they are destroyed. */

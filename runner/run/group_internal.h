@@ -45,6 +45,8 @@ bool xmp_grp_is_stop_signal(int sig);
 void xmp_grp_kill_all_now(struct xmp_supervisor *sv);
 void xmp_grp_on_interrupt(struct xmp_supervisor *sv, int sig);
 void xmp_grp_on_stream(struct xmp_supervisor *sv, struct xmp_worker *w, struct xmp_stream *s);
+/* Reads the zygote's stderr (up to budget bytes), closing it at EOF. */
+void xmp_grp_on_zygote_stderr(struct xmp_supervisor *sv, size_t budget);
 void xmp_grp_on_worker_failure(struct xmp_supervisor *sv);
 const char *xmp_grp_oom_at_name(const struct xmp_supervisor *sv, const struct xmp_worker *w,
                                 const struct xmp_cgroup_oom_site *site);
@@ -71,5 +73,12 @@ void xmp_grp_give_up_unkillable(struct xmp_supervisor *sv);
 void xmp_grp_kmsg_open(struct xmp_supervisor *sv);
 void xmp_grp_kmsg_read(struct xmp_supervisor *sv);
 void xmp_grp_kmsg_close(struct xmp_supervisor *sv);
+
+/* group_gpumem.c: the device memory each worker's processes use, from NVML, once a second. */
+void xmp_grp_gpumem_open(struct xmp_supervisor *sv);
+void xmp_grp_gpumem_sample(struct xmp_supervisor *sv);
+void xmp_grp_gpumem_close(struct xmp_supervisor *sv);
+/* The running worker using most GPU memory now, into info's gpu_* fields. */
+void xmp_grp_gpumem_status(const struct xmp_supervisor *sv, struct xmp_status_info *info);
 
 #endif

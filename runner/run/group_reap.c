@@ -89,6 +89,15 @@ xmp_grp_on_stream(struct xmp_supervisor *sv, struct xmp_worker *w, struct xmp_st
         xmp_grp_close_stream(sv, s);
 }
 
+void
+xmp_grp_on_zygote_stderr(struct xmp_supervisor *sv, size_t budget)
+{
+    struct xmp_zygote *zy = &sv->zy;
+
+    if (zy->err.fd >= 0 && xmp_stream_read(&zy->err, budget) != 0)
+        xmp_grp_close_stream(sv, &zy->err);
+}
+
 /* A worker whose stderr says that its peer went away may have noticed before the worker that
  * failed on its own is reaped: that one closed its connections as it began to exit (Python's
  * teardown after sys.exit, say) and is still exiting. Stopping the job at once would report
@@ -287,6 +296,12 @@ xmp_grp_try_reap_zygote(struct xmp_supervisor *sv)
     xmp_zygote_finish(sv, &si);
     if (zy->error_file != NULL)
         read_error_file(&zy->rep, sv->run_fd, zy->error_file);
+    /* Its last words are in the pipe by now; what a process it left behind writes later is not
+     * waited for. */
+    xmp_grp_on_zygote_stderr(sv, FINAL_DRAIN);
+    xmp_grp_close_stream(sv, &zy->err);
+    zy->rep.stderr_tail = xmp_tail_take(&zy->tail, &zy->rep.n_tail);
+    xmp_tail_free(&zy->tail);
     /* Without its zygote the job cannot go on (nor restart): stop the workers. */
     if (sv->n_running > 0 && sv->stopping == XMP_STOP_NONE)
         xmp_grp_stop_all(sv, XMP_STOP_FAILURE, SIGTERM);

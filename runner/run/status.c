@@ -107,6 +107,15 @@ xmp_status_format(const struct xmp_status_info *info, size_t width, char *buf, s
             append(buf, &len, max, " | worker %d uses most: %s", info->nearest_rank, a);
         }
     }
+    if (info->gpu_rank >= 0 && info->gpu_memory >= 0) {
+        xmp_format_bytes(info->gpu_memory, a, sizeof(a));
+        if (info->gpu_total > 0) {
+            xmp_format_bytes(info->gpu_total, b, sizeof(b));
+            append(buf, &len, max, " | GPU: worker %d %s of %s", info->gpu_rank, a, b);
+        } else {
+            append(buf, &len, max, " | GPU: worker %d %s", info->gpu_rank, a);
+        }
+    }
 }
 
 static void

@@ -1,7 +1,8 @@
 /* The live status line: while xmprun's stderr is a terminal, one line kept at the bottom of it
  * (elapsed time, workers running and ended, the job's memory against its limit, the worker
- * nearest its own limit), redrawn on a 1 s timer and only when its text changed. Worker output
- * erases it first; the next tick draws it again. Off (no timer, no wakeup) on anything else. */
+ * nearest its own limit, the one using most GPU memory), redrawn on a 1 s timer and only when its
+ * text changed. Worker output erases it first; the next tick draws it again. Off (no timer, no
+ * wakeup) on anything else. */
 #ifndef XMP_STATUS_H
 #define XMP_STATUS_H
 
@@ -28,6 +29,9 @@ struct xmp_status_info {
     int nearest_rank; /* the worker nearest its memory limit (or using most), -1: none */
     int64_t nearest_memory;
     int64_t nearest_limit;
+    int gpu_rank; /* the worker using most GPU memory now (NVML), -1: none */
+    int64_t gpu_memory;
+    int64_t gpu_total; /* its GPU's memory */
 };
 
 /* Turns the line on when stderr is a terminal and enabled (not -q); creates the timer. */

@@ -638,6 +638,11 @@ cleanup(struct xmp_supervisor *sv)
     free(sv->zy.path);
     free(sv->zy.error_file);
     json_decref(sv->zy.rep.error_file);
+    xmp_stream_close(&sv->zy.err);
+    xmp_tail_free(&sv->zy.tail);
+    for (size_t j = 0; j < sv->zy.rep.n_tail; j++)
+        free(sv->zy.rep.stderr_tail[j]);
+    free(sv->zy.rep.stderr_tail);
     xmp_strv_free(sv->zy.environ);
     for (size_t i = 0; i < sv->n_workers; i++) {
         struct xmp_worker *w = &sv->workers[i];
@@ -656,6 +661,7 @@ cleanup(struct xmp_supervisor *sv)
     for (int i = 0; i < 2; i++)
         xmp_console_free(&sv->consoles[i]);
     xmp_status_free(&sv->status);
+    free(sv->nvml); /* the library stays loaded: no nvmlShutdown on the way out */
     if (sv->have_plan)
         xmp_plan_free(&sv->plan);
     if (sv->have_host)
@@ -676,10 +682,14 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
         .sigfd = -1,
         .timerfd = -1,
         .kmsg_fd = -1,
+        .gpumem_fd = -1,
         .stdin_fd = -1,
         .status = {.fd = -1, .timerfd = -1},
         .fork_mode = spec->start == XMP_START_FORK,
-        .zy = {.sock = -1, .pidfd = -1, .spawned = {.pidfd = -1, .status_fd = -1, .gate_fd = -1}},
+        .zy = {.sock = -1,
+               .pidfd = -1,
+               .spawned = {.pidfd = -1, .status_fd = -1, .gate_fd = -1},
+               .err = {.fd = -1, .log_fd = -1}},
     };
     struct xmp_error err = {0};
     char buf[512];

@@ -7,6 +7,7 @@
 #include "isolate/cgroup.h"
 #include "runner/plan/host.h"
 #include "runner/plan/isolation.h"
+#include "runner/plan/nvml.h"
 #include "runner/plan/plan.h"
 #include "runner/report/report.h"
 #include "runner/run/output.h"
@@ -38,6 +39,8 @@ enum xmp_ev_kind {
     XMP_EV_ZSOCK,   /* the zygote's socket, until it says it is ready */
     XMP_EV_STATUS,  /* the status line's 1 s timer */
     XMP_EV_KMSG,    /* the kernel's log, for the GPUs' Xid events */
+    XMP_EV_GPUMEM,  /* the 1 s timer of the GPU memory samples */
+    XMP_EV_ZSTDERR, /* the zygote's stderr pipe */
 };
 
 enum xmp_stop_reason {
@@ -94,6 +97,8 @@ struct xmp_zygote {
     bool done_ok;
     bool stop_sent; /* xmprun is stopping it */
     int64_t kill_at_ns;
+    struct xmp_stream err; /* its stderr, passed on as it is, with its last lines kept */
+    struct xmp_tail tail;
     struct xmp_worker_report rep;
 };
 
@@ -114,7 +119,10 @@ struct xmp_supervisor {
     int run_fd; /* the job's scratch directory (plan.run_dir), made and opened by xmprun; -1 */
     int epfd;
     int sigfd;
-    int kmsg_fd; /* /dev/kmsg (below XMPRUN_HOST_ROOT in tests) while GPU workers run, or -1 */
+    int kmsg_fd;   /* /dev/kmsg (below XMPRUN_HOST_ROOT in tests) while GPU workers run, or -1 */
+    int gpumem_fd; /* the GPU memory samples' timer while GPU workers run, or -1 */
+    struct xmp_nvml *nvml; /* loaded at the first sample, kept to the end; NULL */
+    bool nvml_tried;
     int timerfd;
     int stdin_fd; /* /dev/null when xmprun's stdin is a terminal, else -1 (inherit) */
     struct xmp_console consoles[2]; /* xmprun's stdout and stderr */

@@ -193,6 +193,18 @@ xmp_zygote_start(struct xmp_supervisor *sv, struct xmp_error *err)
      * a filter or a user drop could forbid); each worker confines itself once forked. */
     struct xmp_confine own = {.no_new_privs = sv->spec->no_new_privs};
     int keep[1] = {pair[1]};
+    int pe[2] = {-1, -1};
+
+    /* Its stderr through a pipe, as a worker's: passed on unchanged (no prefix), and its last
+     * lines kept for the report, whose root cause quotes them when it fails on its own. */
+    if (pipe2(pe, O_CLOEXEC) < 0) {
+        close(pair[1]);
+        return xmp_error_set(err, errno, "pipe2");
+    }
+    fcntl(pe[0], F_SETFL, O_NONBLOCK);
+    xmp_tail_init(&zy->tail, sv->spec->log_tail > 0 ? (size_t)sv->spec->log_tail : 0);
+    xmp_stream_init(&zy->err, pe[0], -1, &sv->consoles[sv->consoles_shared ? 0 : 1], false, -1,
+                    &zy->tail);
     struct xmp_spawn_args args = {
         .path = zy->path,
         .argv = sv->plan.workers[0].argv,
@@ -201,7 +213,7 @@ xmp_zygote_start(struct xmp_supervisor *sv, struct xmp_error *err)
         .confine = &own,
         .stdin_fd = sv->stdin_fd,
         .stdout_fd = -1,
-        .stderr_fd = -1,
+        .stderr_fd = pe[1],
         .cg = zy->cg,
         .sigmask = &sv->old_mask,
         .inherited_nofile = sv->have_inherited_nofile ? &sv->inherited_nofile : NULL,
@@ -220,6 +232,7 @@ xmp_zygote_start(struct xmp_supervisor *sv, struct xmp_error *err)
     sv->report.zygote = &zy->rep;
     int rc = xmp_spawn(&args, &sp, err);
     close(pair[1]);
+    close(pe[1]);
     if (rc < 0) {
         zy->rep.state = XMP_WORKER_FAILED_TO_START;
         snprintf(zy->rep.start_error, sizeof(zy->rep.start_error), "%s", err->msg);
@@ -237,6 +250,8 @@ xmp_zygote_start(struct xmp_supervisor *sv, struct xmp_error *err)
     if (zy->pidfd >= 0)
         epoll_ctl(sv->epfd, EPOLL_CTL_ADD, zy->pidfd, &pev);
     epoll_ctl(sv->epfd, EPOLL_CTL_ADD, zy->sock, &sev);
+    struct epoll_event eev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_ZSTDERR << 32};
+    epoll_ctl(sv->epfd, EPOLL_CTL_ADD, zy->err.fd, &eev);
     return 0;
 }
 

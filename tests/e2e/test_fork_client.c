@@ -110,6 +110,45 @@ Test(fork, a_zygote_whose_preload_raises_is_quoted, .timeout = 120)
                  "checkpoint /ckpt/model.pt not found");
 }
 
+/* A zygote that raises before it imports the client: no error file, so the root cause quotes
+ * the last line of its traceback, which the report's zygote keeps with the lines before it. */
+Test(fork, a_zygote_that_raises_before_the_client_is_quoted_from_its_stderr, .timeout = 120)
+{
+    zygote_fails("import-fails", 1, "zygote_exited",
+                 "the zygote exited with status 1 before it forked the workers: "
+                 "ModuleNotFoundError: No module named 'trainer_config'",
+                 "No module named 'trainer_config'");
+}
+
+/* The three ways a zygote fails before it forks, each in its own words in its report object:
+ * the client's error file, or the stderr tail. */
+static void
+zygote_tail_ends_with(const char *args, const char *last)
+{
+    struct e2e e;
+    need_python();
+    e2e_init(&e);
+    fork_spec(&e, args, "workers: 2\n");
+    cr_assert_eq(e2e_run(&e, 240, NULL), 1, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *tail = json_object_get(json_object_get(e.rep, "zygote"), "stderr_tail");
+    cr_assert(json_array_size(tail) > 0, "no stderr_tail in the report's zygote");
+    const char *got = json_string_value(json_array_get(tail, json_array_size(tail) - 1));
+    cr_assert_not_null(strstr(got, last), "the zygote's tail ends with: %s", got);
+    /* Its stderr still reaches xmprun's, unprefixed, as before. */
+    const char *tb = strstr(e.r.err, "Traceback (most recent call last):");
+    cr_assert(tb != NULL && (tb == e.r.err || tb[-1] == '\n'), "%s", e.r.err);
+    assert_zygote_gone(&e);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(fork, the_zygotes_stderr_tail_is_in_the_report, .timeout = 120)
+{
+    zygote_tail_ends_with("import-fails", "ModuleNotFoundError: No module named 'trainer_config'");
+    zygote_tail_ends_with("cuda", "CUDA is already initialised in the zygote");
+}
+
 Test(fork, spawn_twice_is_refused, .timeout = 120)
 {
     zygote_fails("twice", 1, "zygote_exited",

@@ -13,6 +13,7 @@ nospawn: exits --code without calling spawn.  sleep: sleeps --seconds before spa
 hold:    every worker writes --out DIR/running-<rank>, then sleeps.
 twice:   calls spawn twice.  nprocs: spawn(nprocs=--n).  nojoin: spawn(join=False).
 cuda:    a stand-in torch whose CUDA is initialised, then spawn.
+import-fails: raises ModuleNotFoundError before it imports xmprun (no error file).
 confined: every worker prints its uid, RLIMIT_NOFILE and its NoNewPrivs and Seccomp status;
          rank --ptrace-rank then calls ptrace(PTRACE_TRACEME).
 """
@@ -23,7 +24,11 @@ import sys
 import time
 import types
 
-import xmprun as xmp
+if sys.argv[1] == "import-fails":
+    # Before `import xmprun`: no client writes an error file; only its stderr says why.
+    raise ModuleNotFoundError("No module named 'trainer_config'")
+
+import xmprun as xmp  # noqa: E402 (after the mode that fails before it)
 
 MODE = sys.argv[1]
 OPTS = dict(zip(sys.argv[2::2], sys.argv[3::2]))

@@ -97,4 +97,25 @@ echo "off the terminal: $((after - before)) wakeups while idle"
 if grep -q "$(printf '\033')\[K" "$dir/err" "$dir/out" || grep -qE ' running, [0-9]+ ended' "$dir/err"; then
     fail "status output off the terminal"
 fi
+
+# GPU workers, on a fixture GPU host with the stand-in NVML: the line names the worker using most
+# GPU memory and its GPU's total (worker 1 registers 2 GiB, worker 0 1 GiB; each GPU has 80 GiB).
+if [ -n "${XMPRUN_NVML_STANDIN:-}" ]; then
+    mkdir -p "$dir/nvml/procs" && cp -r "$XMPRUN_FIXTURES/hosts/gpu4" "$dir/host"
+    cat >"$dir/gpu.yaml" <<YAML
+version: 1
+name: statusgpu
+workers: 2
+devices: {kind: cuda}
+resources: {worker: {cpuset: none}}
+command: [/bin/sh, -c, 'sleep 60 & echo "\$CUDA_VISIBLE_DEVICES \$(( (RANK + 1) << 30 ))" >"$dir/nvml/procs/\$!"; while [ ! -e "$dir/gpu-end" ]; do sleep 0.1; done; kill \$!']
+YAML
+    tmux -L "$sock" new-session -d -s gpu -x 150 -y 30 "cd '$dir' && XMPRUN_HOST_ROOT='$dir/host' XMPRUN_NVML_LIB='$XMPRUN_NVML_STANDIN' NVML_STANDIN_DIR='$dir/nvml' '$xmprun' --report '$dir/r3.json' gpu.yaml; echo EXIT=\$?; sleep 600"
+    gpu_bottom() { tmux -L "$sock" capture-pane -p -t gpu | sed -e 's/[[:space:]]*$//' | grep -v '^$' | tail -n 1; }
+    wait_for sh -c "tmux -L '$sock' capture-pane -p -t gpu | grep -q 'GPU: worker 1 2\.0 GiB of 80\.0 GiB'" ||
+        fail "no GPU memory in the status line: $(gpu_bottom)"
+    echo "GPU workers: $(gpu_bottom)"
+    touch "$dir/gpu-end"
+    wait_for sh -c "tmux -L '$sock' capture-pane -p -t gpu | grep -q '^EXIT=0'" || fail "the GPU job did not exit 0: $(gpu_bottom)"
+fi
 exit $status
