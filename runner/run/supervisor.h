@@ -162,6 +162,14 @@ struct xmp_supervisor {
     char *serial_lock;       /* the job's serial lock file, or NULL */
 };
 
+/* supervise_cgroups.c: the job's cgroups, made by setup (none with isolation.cgroups: off, or
+ * optional and unusable; the report's cgroup.note says why), the workers' again for a restart,
+ * and all removed by destroy. */
+int xmp_sv_setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err);
+int xmp_sv_create_worker_cgroups(struct xmp_supervisor *sv, struct xmp_error *err);
+void xmp_sv_destroy_worker_cgroups(struct xmp_supervisor *sv);
+void xmp_sv_destroy_cgroups(struct xmp_supervisor *sv);
+
 static inline int64_t
 xmp_now_ns(void)
 {

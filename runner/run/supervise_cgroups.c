@@ -1,0 +1,237 @@
+/* The job's cgroups (isolation.cgroups: required, optional, off): what the job and its workers
+ * need enabled, the workers' and the zygote's cgroups, the notes the cgroup layer leaves, and
+ * the warning for a limit an enclosing cgroup makes unreachable. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "runner/run/supervisor.h"
+
+#include "isolate/file.h"
+#include "runner/report/report.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+void
+xmp_sv_destroy_worker_cgroups(struct xmp_supervisor *sv)
+{
+    struct xmp_error err = {0};
+
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        /* An unkillable worker's cgroup stays for gc (see xmp_grp_give_up_unkillable). */
+        if (w->unkillable)
+            xmp_cgroup_abandon(w->cg);
+        else if (w->cg != NULL && xmp_cgroup_destroy(w->cg, &err) < 0)
+            fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank, err.msg);
+        w->cg = NULL;
+    }
+}
+
+/* What the cgroup layer left out, on stderr and in the report's cgroup.note, once for the job:
+ * its workers share the enclosing cgroup and the shared nodes. */
+static void
+add_note(struct xmp_supervisor *sv, const char *note)
+{
+    size_t len = strlen(sv->report.cgroup_note);
+
+    if (note[0] == '\0' || strstr(sv->report.cgroup_note, note) != NULL)
+        return;
+    if (!xmp_quiet(sv))
+        fprintf(stderr, "xmprun: note: %s\n", note);
+    snprintf(sv->report.cgroup_note + len, sizeof(sv->report.cgroup_note) - len, "%s%s",
+             len > 0 ? "; " : "", note);
+}
+
+int
+xmp_sv_create_worker_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    add_note(sv, xmp_cgroup_note(sv->job_cg));
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        char name[32];
+
+        struct xmp_limits limits = w->pw->limits;
+
+        limits.has_devices = limits.has_devices && !sv->no_device_filter;
+        snprintf(name, sizeof(name), "worker-%d", w->pw->rank);
+        if (xmp_cgroup_create_child(sv->job_cg, name, &limits, &w->cg, err) < 0) {
+            xmp_file_explain_emfile(err);
+            return xmp_error_wrap(err, "worker %d", w->pw->rank);
+        }
+        add_note(sv, xmp_cgroup_note(w->cg));
+    }
+    return 0;
+}
+
+/* start: fork: the zygote's cgroup holds the preloaded pages, charged once, with the limit
+ * resources.shared.memory. */
+static struct xmp_limits
+zygote_limits(const struct xmp_supervisor *sv)
+{
+    struct xmp_limits limits;
+
+    xmp_limits_init(&limits);
+    limits.memory = sv->spec->shared_memory > 0 ? sv->spec->shared_memory : -1;
+    limits.memory_min = limits.memory; /* see job_limits */
+    return limits;
+}
+
+static int
+create_zygote_cgroup(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    struct xmp_limits limits = zygote_limits(sv);
+
+    if (!sv->fork_mode)
+        return 0;
+    if (xmp_cgroup_create_child(sv->job_cg, "zygote", &limits, &sv->zy.cg, err) < 0)
+        return xmp_error_wrap(err, "zygote");
+    return 0;
+}
+
+void
+xmp_sv_destroy_cgroups(struct xmp_supervisor *sv)
+{
+    struct xmp_error err = {0};
+
+    xmp_sv_destroy_worker_cgroups(sv);
+    if (sv->zy.cg != NULL && xmp_cgroup_destroy(sv->zy.cg, &err) < 0)
+        fprintf(stderr, "xmprun: warning: zygote: %s\n", err.msg);
+    sv->zy.cg = NULL;
+    if (sv->left_behind)
+        xmp_cgroup_abandon(sv->job_cg);
+    else if (sv->job_cg != NULL && xmp_cgroup_destroy(sv->job_cg, &err) < 0)
+        fprintf(stderr, "xmprun: warning: %s\n", err.msg);
+    sv->job_cg = NULL;
+}
+
+/* A limit of xmprun's above an enclosing one (a container's --memory, a Slurm step's --mem, a
+ * systemd MemoryMax) can never be reached: the enclosing one fires first, and the user should
+ * know before the job runs. Said on stderr and in the report's cgroup.note. */
+static void
+warn_enclosing_limit(struct xmp_supervisor *sv)
+{
+    char path[512], encl[32], job[32], worker[32], what[160] = "", note[768];
+    int64_t limit = -1, largest = -1;
+
+    if (!xmp_cgroup_enclosing_limit(sv->job_cg, &limit, path, sizeof(path)))
+        return;
+    for (size_t i = 0; i < sv->n_workers; i++)
+        if (sv->workers[i].pw->limits.memory > largest)
+            largest = sv->workers[i].pw->limits.memory;
+    xmp_format_bytes(limit, encl, sizeof(encl));
+    xmp_format_bytes(sv->plan.job_limits.memory, job, sizeof(job));
+    xmp_format_bytes(largest, worker, sizeof(worker));
+    if (sv->plan.job_limits.memory > limit && largest > limit)
+        snprintf(what, sizeof(what), "the job memory limit %s and the worker memory limit %s are",
+                 job, worker);
+    else if (sv->plan.job_limits.memory > limit)
+        snprintf(what, sizeof(what), "the job memory limit %s is", job);
+    else if (largest > limit)
+        snprintf(what, sizeof(what), "the worker memory limit %s is", worker);
+    else
+        return;
+    snprintf(note, sizeof(note),
+             "%s larger than the enclosing cgroup's %s limit (%s %s), which the kernel enforces "
+             "first",
+             what, encl, xmp_cgroup_owner_kind(path), path);
+    if (!xmp_quiet(sv))
+        fprintf(stderr, "xmprun: warning: %s\n", note);
+    size_t len = strlen(sv->report.cgroup_note);
+    snprintf(sv->report.cgroup_note + len, sizeof(sv->report.cgroup_note) - len, "%s%s",
+             len > 0 ? "; " : "", note);
+}
+
+/* The job's limits; in start: fork with memory.min = resources.shared.memory, as the zygote's
+ * (cgroup v2): measured in the v2 guest (bench/fork_file_pages.py), without it the job's own
+ * pressure reclaimed 56% of a prefaulted, mmap'd 256 MiB file from the zygote and the worker that
+ * read it again was charged 133 MiB for it; with it the pages stayed with the zygote. */
+static struct xmp_limits
+job_limits(const struct xmp_supervisor *sv)
+{
+    struct xmp_limits l = sv->plan.job_limits;
+
+    if (sv->fork_mode && sv->spec->shared_memory > 0)
+        l.memory_min = sv->spec->shared_memory;
+    /* What the workers (and the zygote: memory) need enabled below the job, said at once. */
+    for (size_t i = 0; i < sv->n_workers; i++)
+        l.children |= xmp_limits_uses(&sv->workers[i].pw->limits);
+    if (sv->fork_mode) {
+        struct xmp_limits zl = zygote_limits(sv);
+        l.children |= xmp_limits_uses(&zl);
+    }
+    return l;
+}
+
+/* isolation.devices on cgroup v2 is a BPF device program, which only a privileged process may
+ * load and attach: an unprivileged xmprun in a delegated cgroup (systemd Delegate=yes) cannot
+ * have one, as crun and systemd --user cannot. Where this host has an accelerator, whose nodes
+ * the filter is for, that is an error that says what to do; without one the job runs without
+ * the filter, and the report's cgroup.note says so. */
+static int
+check_device_filter(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    bool wanted = false;
+
+    for (size_t i = 0; i < sv->n_workers; i++)
+        wanted |= sv->workers[i].pw->limits.has_devices;
+    if (!wanted || geteuid() == 0 || sv->mode == XMP_CGROUP_MODE_LEGACY)
+        return 0;
+    if (sv->host.n_gpus + sv->host.n_tpus > 0)
+        return xmp_error_set(err, EPERM,
+                             "isolation.devices: the workers' device filter (a BPF device program "
+                             "on cgroup v2) needs root, and xmprun runs as uid %u: run it as root, "
+                             "or set isolation.devices: false to run without the filter",
+                             (unsigned)geteuid());
+    sv->no_device_filter = true;
+    snprintf(sv->report.cgroup_note, sizeof(sv->report.cgroup_note),
+             "no device filter: a BPF device program needs root, and this host has no "
+             "accelerator whose device nodes it would guard");
+    return 0;
+}
+
+/* isolation.cgroups: required refuses to run without cgroups, optional warns once and runs
+ * without limits (saying so in the report), off does not try. */
+int
+xmp_sv_setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
+{
+    sv->mode = XMP_CGROUP_MODE_NONE;
+    if (sv->spec->cgroups == XMP_CGROUPS_OFF) {
+        snprintf(sv->report.cgroup_note, sizeof(sv->report.cgroup_note),
+                 "isolation.cgroups is off: workers ran without cgroups or resource limits");
+        return 0;
+    }
+    struct xmp_limits jl = job_limits(sv);
+
+    if (xmp_cgroup_detect(&sv->mode, err) < 0 || check_device_filter(sv, err) < 0 ||
+        xmp_cgroup_create_job(sv->mode, sv->plan.cgroup_name, &jl, &sv->job_cg, err) < 0 ||
+        xmp_sv_create_worker_cgroups(sv, err) < 0 || create_zygote_cgroup(sv, err) < 0) {
+        xmp_sv_destroy_cgroups(sv);
+        sv->mode = XMP_CGROUP_MODE_NONE;
+        if (sv->spec->cgroups == XMP_CGROUPS_REQUIRED)
+            return -1; /* the cgroup layer's message already says why and what to do */
+        if (!xmp_quiet(sv))
+            fprintf(stderr,
+                    "xmprun: warning: %s; running without resource limits "
+                    "(isolation.cgroups: optional)\n",
+                    err->msg);
+        snprintf(sv->report.cgroup_note, sizeof(sv->report.cgroup_note),
+                 "cgroups unavailable, workers ran without resource limits: %s", err->msg);
+        xmp_error_clear(err);
+        return 0;
+    }
+    snprintf(sv->report.cgroup_path, sizeof(sv->report.cgroup_path), "%s",
+             xmp_cgroup_path(sv->job_cg));
+    {
+        struct xmp_cgroup_hier_path paths[8];
+        size_t n = xmp_cgroup_paths(sv->job_cg, paths, 8);
+        _Static_assert(sizeof(paths[0]) == sizeof(sv->report.cgroup_paths[0]),
+                       "the report keeps the paths as isolate/ gives them");
+        memcpy(sv->report.cgroup_paths, paths, n * sizeof(paths[0]));
+        sv->report.n_cgroup_paths = n;
+    }
+    warn_enclosing_limit(sv);
+    return 0;
+}
