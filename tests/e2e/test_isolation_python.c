@@ -1,6 +1,7 @@
 /* End to end: real Python work under the seccomp profiles and the device filter. A PyTorch DDP
  * job (Debian's python3-torch, gloo, a DataLoader with worker processes) trains with 2 workers
- * under `default` and under `strict`, and sees the denied calls fail with EPERM from inside.
+ * under `default` and under `strict`, and sees the denied calls fail with EPERM from inside; the
+ * hang watchdog names the DDP rank that stopped stepping, not the one waiting for it.
  * (CPython's multiprocessing suite: test_python_multiprocessing.c.) Host only: tests/run-v2.sh
  * leaves it out, since `import torch` alone takes minutes in the emulated guest. */
 #include "e2e/e2e.h"
@@ -132,6 +133,53 @@ Test(isolation_python, ddp_gloo_trains_under_strict, .timeout = 600)
     cr_assert_eq(e2e_run(&e, 400, "--set", port, NULL), 0, "stdout:\n%s\nstderr:\n%s", e.r.out,
                  e.r.err);
     cr_assert_not_null(strstr(e.r.out, "[1] rank 1 trained loss="), "%s", e.r.out);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* The issue's case: two gloo DDP ranks, rank 1 stops stepping (sleeps) while rank 0 computes
+ * its step and then blocks in the gradients' all_reduce, waiting for it. Both go idle; the one
+ * that stopped first is named. */
+Test(isolation_python, hang_names_the_ddp_rank_that_stopped_stepping, .timeout = 180)
+{
+    struct e2e e;
+    char *text = NULL, want[4400];
+    json_t *cause;
+
+    if (access("/usr/bin/python3", X_OK) != 0 ||
+        system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") != 0)
+        cr_skip_test("no python3-torch");
+    e2e_init(&e);
+    cr_assert_gt(asprintf(&text,
+                          "version: 1\n"
+                          "name: ddphang\n"
+                          "workers: 2\n"
+                          "devices: {kind: cpu}\n"
+                          "command: [/usr/bin/python3, %s/tests/helpers/ddp_tiny.py]\n"
+                          "env: {HANG_RANK: '1', GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: '1'}\n"
+                          "distributed: {master_port: 29617}\n"
+                          "on_failure: {hang_timeout: 5s, grace: 2s}\n"
+                          "timeout: 100s\n",
+                          xt_source_dir()),
+                 0);
+    e2e_set_spec(&e, text);
+    cr_assert_eq(e2e_run(&e, 150, NULL), 124, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cause = json_object_get(e.rep, "root_cause");
+    cr_assert_str_eq(e2e_str(cause, "reason"), "hung", "%s", e2e_str(cause, "message"));
+    /* The sleeping rank's own line, from its Python stack taken before the stop; the other
+     * rank's native stack shows it waiting for a collective (c10d::Work::wait, under DDP's
+     * bucket sync at the start of its next step). */
+    snprintf(want, sizeof(want),
+             "worker 1 (cpu) hung: no output and no CPU time for 5s, in `<module>` "
+             "(%s/tests/helpers/ddp_tiny.py:27)",
+             xt_source_dir());
+    cr_assert_str_eq(e2e_str(cause, "message"), want);
+    char *rank0 = json_dumps(json_object_get(e2e_worker(&e, 0), "stacks"), 0);
+    cr_assert(rank0 != NULL && strstr(rank0, "c10d4Work4wait") != NULL, "rank 0: %s", rank0);
+    free(rank0);
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 1), "state"), "hung");
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 0), "state"), "stopped_by_xmprun");
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
