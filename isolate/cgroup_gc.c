@@ -318,6 +318,10 @@ xmp_cgroup_leave_self_leaf(struct xmp_error *err)
     if (xmp_cgroup_self_leaf(leaf, sizeof(leaf)) == 0)
         return 0;
     xmp_cg_parent_dir(leaf, parent, sizeof(parent));
+    /* A scope of xmprun's: systemd removes it, leaf and all, once xmprun is gone; moving back
+     * and disabling controllers would only cost the kernel's slow writes. */
+    if (xmp_cgroup_is_scope_name(strrchr(parent, '/') + 1))
+        return 0;
     /* Only when nothing else is beside the leaf: another job's cgroups there need the
      * controllers this xmprun enabled, and then it cannot move back (the leaf stays for a
      * later gc, once this process is gone). */
@@ -360,7 +364,9 @@ xmp_cgroup_gc_leaf(const char *leaf, struct xmp_error *err)
     if (rmdir(leaf) < 0 && errno != ENOENT)
         return xmp_error_set(err, errno, "rmdir `%s`", leaf);
     xmp_cg_parent_dir(leaf, parent, sizeof(parent));
-    if (no_other_children(parent, NULL) && xmp_cg_procs_empty_tree(parent))
+    /* A scope of xmprun's is systemd's to remove, not to be made joinable again. */
+    if (!xmp_cgroup_is_scope_name(strrchr(parent, '/') + 1) && no_other_children(parent, NULL) &&
+        xmp_cg_procs_empty_tree(parent))
         restore_subtree_control(parent);
     return 1;
 }

@@ -29,6 +29,28 @@ xmp_cgroup_mode_name(enum xmp_cgroup_mode mode)
     return "unknown";
 }
 
+const char *
+xmp_cgroup_manager_name(enum xmp_cgroup_manager manager)
+{
+    switch (manager) {
+    case XMP_CGROUP_MANAGER_AUTO:
+        return "auto";
+    case XMP_CGROUP_MANAGER_CGROUPFS:
+        return "cgroupfs";
+    case XMP_CGROUP_MANAGER_SYSTEMD:
+        return "systemd";
+    }
+    return "unknown";
+}
+
+bool
+xmp_cgroup_is_scope_name(const char *name)
+{
+    size_t len = strlen(name);
+
+    return strncmp(name, "xmprun-", 7) == 0 && len > 13 && strcmp(name + len - 6, ".scope") == 0;
+}
+
 void
 xmp_limits_init(struct xmp_limits *limits)
 {

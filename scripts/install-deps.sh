@@ -3,7 +3,7 @@
 # the test suite, the fuzzer and the sanitizer build need. Idempotent and quiet when everything
 # is already present; run as root.
 set -eu
-pkgs="build-essential cmake pkg-config libyaml-dev libcgroup-dev libseccomp-dev libjansson-dev
+pkgs="build-essential cmake pkg-config libyaml-dev libcgroup-dev libseccomp-dev libjansson-dev libsystemd-dev
 python3 scdoc"
 if [ "${1:-}" = --tests ]; then
     pkgs="$pkgs libcriterion-dev python3-yaml python3-jsonschema python3-torch clang clang-format

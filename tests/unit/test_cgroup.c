@@ -346,6 +346,18 @@ Test(own, self_leaf_pid)
     cr_expect_not(xmp_cgroup_self_leaf_pid("xmprun-job-12", &pid));
 }
 
+Test(own, systemd_scope_name)
+{
+    cr_expect(xmp_cgroup_is_scope_name("xmprun-train-123-ab12cd.scope"));
+    cr_expect_not(xmp_cgroup_is_scope_name("xmprun-train-123-ab12cd"));
+    cr_expect_not(xmp_cgroup_is_scope_name("run-r88137c26de914d888c17d9134aa347a0.scope"));
+    cr_expect_not(xmp_cgroup_is_scope_name("session-2.scope"));
+    cr_expect_not(xmp_cgroup_is_scope_name("xmprun-.scope"));
+    cr_expect_str_eq(xmp_cgroup_manager_name(XMP_CGROUP_MANAGER_SYSTEMD), "systemd");
+    cr_expect_str_eq(xmp_cgroup_manager_name(XMP_CGROUP_MANAGER_CGROUPFS), "cgroupfs");
+    cr_expect_str_eq(xmp_cgroup_manager_name(XMP_CGROUP_MANAGER_AUTO), "auto");
+}
+
 Test(keyed, flat_keyed_files)
 {
     const char *events = "low 0\nhigh 12\nmax 3\noom 2\noom_kill 1\noom_group_kill 0\n";
