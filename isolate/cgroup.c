@@ -160,8 +160,8 @@ xmp_cgroup_prepare(void)
 }
 
 int
-xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name, const struct xmp_limits *limits,
-                      struct xmp_cgroup **out, struct xmp_error *err)
+xmp_cg_create_job_fs(enum xmp_cgroup_mode mode, const char *name, const struct xmp_limits *limits,
+                     struct xmp_cgroup **out, struct xmp_error *err)
 {
     struct xmp_cg_layout *layout = NULL;
     struct xmp_cgroup *cg = NULL;

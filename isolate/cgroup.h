@@ -23,6 +23,22 @@ enum xmp_cgroup_mode {
 /* "none", "legacy", "hybrid", "unified" (the report's cgroup.mode). */
 const char *xmp_cgroup_mode_name(enum xmp_cgroup_mode mode);
 
+/* Who makes the job's cgroup on pure cgroup v2 (isolation.cgroup_manager). cgroupfs: xmprun
+ * itself, below its own cgroup. systemd: a transient scope `<job cgroup name>.scope` with
+ * Delegate=yes that systemd (the system manager for root, the user's manager for a user) makes
+ * over D-Bus and moves xmprun into; the job is then made below it as with cgroupfs, and systemd
+ * removes the scope once xmprun and its workers are gone. auto: cgroupfs, and systemd where
+ * systemd runs and xmprun's own cgroup cannot host the job (other processes are in it, the
+ * controllers are not delegated to it, or it may not be written). */
+enum xmp_cgroup_manager {
+    XMP_CGROUP_MANAGER_AUTO = 0,
+    XMP_CGROUP_MANAGER_CGROUPFS,
+    XMP_CGROUP_MANAGER_SYSTEMD,
+};
+
+/* "auto", "cgroupfs", "systemd" (the report's cgroup.manager, the spec's words). */
+const char *xmp_cgroup_manager_name(enum xmp_cgroup_manager manager);
+
 /* Plain values; -1 (or has_cpus false) means "no limit". The create calls take NULL for "no
  * limits at all". */
 struct xmp_limits {
@@ -80,10 +96,15 @@ void xmp_cgroup_prepare(void);
  * that the "no internal processes" rule holds (xmp_cgroup_leave_self_leaf undoes that at exit;
  * `xmprun gc` removes a leaf whose xmprun died), and later jobs are still created in <own>, not
  * in the leaf. Fails with a message that says why (read-only cgroupfs, no delegation,
- * not root, missing controllers, named) and how to fix it; errnum keeps the errno. */
-int xmp_cgroup_create_job(enum xmp_cgroup_mode mode, const char *name,
-                          const struct xmp_limits *limits, struct xmp_cgroup **out,
-                          struct xmp_error *err);
+ * not root, missing controllers, named) and how to fix it; errnum keeps the errno. manager
+ * (see enum xmp_cgroup_manager) may first move xmprun into a systemd scope, which then is its
+ * own cgroup (cgroup_systemd.c). */
+int xmp_cgroup_create_job(enum xmp_cgroup_mode mode, enum xmp_cgroup_manager manager,
+                          const char *name, const struct xmp_limits *limits,
+                          struct xmp_cgroup **out, struct xmp_error *err);
+
+/* The systemd scope the job was made in ("xmprun-a-1-ab12cd.scope"), or NULL (cgroupfs). */
+const char *xmp_cgroup_scope(const struct xmp_cgroup *cg);
 
 /* Creates a child (worker-<rank>, zygote) with its limits. The job keeps track of its children:
  * destroying the job destroys (and frees) the children not yet destroyed. */
@@ -247,7 +268,8 @@ int xmp_cgroup_gc_dirs(const char *const *dirs, size_t n, struct xmp_error *err)
 /* At exit, on cgroup v2: if this process is in an xmprun-self-<pid> leaf (its own, or a dead
  * xmprun's) with no other cgroup beside it, empties the parent's subtree_control again, moves
  * back into the parent and removes the leaf, so that a run leaves the cgroup as it found it.
- * With other cgroups beside it (a concurrent job), the leaf stays for a later gc. */
+ * With other cgroups beside it (a concurrent job), the leaf stays for a later gc. In a systemd
+ * scope of xmprun's it does nothing: systemd removes the scope, leaf and all, once it is empty. */
 int xmp_cgroup_leave_self_leaf(struct xmp_error *err);
 
 /* The directory of the xmprun-self leaf this process is in (its own, or a dead xmprun's), for

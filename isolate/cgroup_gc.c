@@ -369,7 +369,9 @@ xmp_cgroup_gc_leaf(const char *leaf, struct xmp_error *err)
     if (rmdir(leaf) < 0 && errno != ENOENT)
         return xmp_error_set(err, errno, "rmdir `%s`", leaf);
     xmp_cg_parent_dir(leaf, parent, sizeof(parent));
-    if (no_other_children(parent, NULL) && xmp_cg_procs_empty_tree(parent))
+    /* A scope is systemd's to remove, not to be made joinable again. */
+    if (!systemd_removes(parent) && no_other_children(parent, NULL) &&
+        xmp_cg_procs_empty_tree(parent))
         restore_subtree_control(parent, NULL);
     return 1;
 }

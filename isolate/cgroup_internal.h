@@ -104,6 +104,7 @@ struct xmp_cg_layout {
     struct xmp_cg_encl encl[XMP_CG_MAX_ENCL]; /* innermost (xmprun's own cgroup) first */
     struct xmp_dev_prog dev_prog; /* the job's last BPF device program, shared by its workers */
     struct xmp_cg_remover remover;
+    char scope[256]; /* the systemd scope xmprun's own cgroup is (cgroup_systemd.c), or "" */
 };
 
 struct xmp_cg_ops;
@@ -255,6 +256,13 @@ int xmp_cg_load_layout(enum xmp_cgroup_mode mode, struct xmp_cg_layout *l, struc
 void xmp_cg_release_mount_table(void);
 void xmp_cg_use_visible_mounts(struct xmp_cg_layout *l, bool lc_ok);
 void xmp_cg_note_hidden(struct xmp_error *err, const struct xmp_cg_layout *l);
+
+/* xmp_cgroup_create_job with the cgroupfs manager: the job below xmprun's own cgroup as it is
+ * (cgroup.c). cgroup_systemd.c calls it, after it has moved xmprun into a scope where needed;
+ * libxmprun, which never creates a job, is built without cgroup_systemd.c and libsystemd. */
+int xmp_cg_create_job_fs(enum xmp_cgroup_mode mode, const char *name,
+                         const struct xmp_limits *limits, struct xmp_cgroup **out,
+                         struct xmp_error *err);
 
 /* Shared by cgroup.c and cgroup_gc.c (the collector of what dead jobs left, which builds cgroup
  * objects of their directories to kill and remove). */

@@ -291,7 +291,9 @@ xmp_cg_release_mount_table(void)
  * (a tmpfs over /sys/fs/cgroup, then fresh mounts) its scan fails (a hidden cgroup2 mount point
  * has no cgroup.controllers) or picks a mount point that is no longer there. The layout holds
  * the mount visible at each path (from mountinfo); where libcgroup's differs, or its scan
- * failed, that hierarchy's files are handled directly. */
+ * failed, that hierarchy's files are handled directly. So is a cgroup2 hierarchy for a user:
+ * libcgroup's create enables the controllers in every cgroup from the mount's root down, and a
+ * delegated cgroup's ancestors (user.slice, ...) are root's, which fails the create. */
 void
 xmp_cg_use_visible_mounts(struct xmp_cg_layout *l, bool lc_ok)
 {
@@ -301,8 +303,9 @@ xmp_cg_use_visible_mounts(struct xmp_cg_layout *l, bool lc_ok)
 
         if (h->lc_ctrl[0] == '\0')
             continue;
-        h->direct = !lc_ok || cgroup_get_subsys_mount_point(h->lc_ctrl, &lc_mount) != 0 ||
-                    lc_mount == NULL || strcmp(lc_mount, h->mount) != 0;
+        h->direct = !lc_ok || (h->v2 && geteuid() != 0) ||
+                    cgroup_get_subsys_mount_point(h->lc_ctrl, &lc_mount) != 0 || lc_mount == NULL ||
+                    strcmp(lc_mount, h->mount) != 0;
         free(lc_mount);
     }
 }

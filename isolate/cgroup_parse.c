@@ -30,6 +30,20 @@ xmp_cgroup_mode_name(enum xmp_cgroup_mode mode)
     return "unknown";
 }
 
+const char *
+xmp_cgroup_manager_name(enum xmp_cgroup_manager manager)
+{
+    switch (manager) {
+    case XMP_CGROUP_MANAGER_AUTO:
+        return "auto";
+    case XMP_CGROUP_MANAGER_CGROUPFS:
+        return "cgroupfs";
+    case XMP_CGROUP_MANAGER_SYSTEMD:
+        return "systemd";
+    }
+    return "unknown";
+}
+
 void
 xmp_limits_init(struct xmp_limits *limits)
 {

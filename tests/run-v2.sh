@@ -12,7 +12,8 @@ if [[ ! -x $vmrun ]]; then
     printf '\n!!! cgroup v2 run FAILED: %s not found\n\n' "$vmrun" >&2
     exit 1
 fi
-tests=${V2_TESTS:-'^(e2e/|unit/test_cgroup_live)'}
+# scripts/test_systemd starts a real systemd in the guest (isolation.cgroup_manager: systemd).
+tests=${V2_TESTS:-'^(e2e/|unit/test_cgroup_live|scripts/test_systemd$)'}
 # Real Python work under the isolation (the PyTorch DDP jobs, CPython's multiprocessing suite)
 # runs on the host only: nothing in it depends on the cgroup mode, and in the emulated guest
 # `import torch` alone took over 2 minutes. The guest runs test_isolation (filters, device

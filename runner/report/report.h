@@ -156,9 +156,11 @@ struct xmp_report {
     struct timespec ended_at;
     int64_t started_mono_ns;
     int64_t ended_mono_ns;
-    const char *cgroup_mode; /* "unified", "hybrid", "legacy", "none" */
-    char cgroup_path[512];   /* "" is written as null */
-    char cgroup_note[1024];  /* "" is written as null */
+    const char *cgroup_mode;    /* "unified", "hybrid", "legacy", "none" */
+    const char *cgroup_manager; /* "cgroupfs", "systemd"; NULL (null) without cgroups */
+    char cgroup_scope[256];     /* the systemd scope; "" is written as null */
+    char cgroup_path[512];      /* "" is written as null */
+    char cgroup_note[1024];     /* "" is written as null */
     /* cgroup.paths: the job cgroup in each hierarchy, as /proc/self/cgroup shows it. */
     struct xmp_report_cgroup_path {
         char hier[32];

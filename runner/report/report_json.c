@@ -248,10 +248,11 @@ xmp_report_to_json(const struct xmp_report *r)
     for (size_t i = 0; i < r->n_cgroup_paths; i++)
         json_object_set_new(paths, r->cgroup_paths[i].hier, json_string(r->cgroup_paths[i].path));
     json_object_set_new(o, "cgroup",
-                        json_pack("{s:s, s:o, s:o, s:o}", "mode",
-                                  r->cgroup_mode != NULL ? r->cgroup_mode : "none", "path",
-                                  str_or_null(r->cgroup_path), "note", str_or_null(r->cgroup_note),
-                                  "paths", paths));
+                        json_pack("{s:s, s:o, s:o, s:o, s:o, s:o}", "mode",
+                                  r->cgroup_mode != NULL ? r->cgroup_mode : "none", "manager",
+                                  str_or_null(r->cgroup_manager), "scope",
+                                  str_or_null(r->cgroup_scope), "path", str_or_null(r->cgroup_path),
+                                  "note", str_or_null(r->cgroup_note), "paths", paths));
     json_object_set_new(o, "root_cause",
                         cause_json(r->cause, r->cause_rank, r->cause_reason, r->cause_message));
     json_object_set_new(o, "restarts", json_integer(r->restarts));

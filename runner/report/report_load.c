@@ -193,6 +193,9 @@ xmp_report_load(const char *path, struct xmp_report_file *f, struct xmp_error *e
     r->restarts = (int)get_int(doc, "restarts", 0);
     cg = json_object_get(doc, "cgroup");
     r->cgroup_mode = get_str(cg, "mode");
+    r->cgroup_manager = get_str(cg, "manager");
+    snprintf(r->cgroup_scope, sizeof(r->cgroup_scope), "%s",
+             get_str(cg, "scope") != NULL ? get_str(cg, "scope") : "");
     snprintf(r->cgroup_path, sizeof(r->cgroup_path), "%s",
              get_str(cg, "path") != NULL ? get_str(cg, "path") : "");
     snprintf(r->cgroup_note, sizeof(r->cgroup_note), "%s",

@@ -206,7 +206,8 @@ xmp_sv_setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
     struct xmp_limits jl = job_limits(sv);
 
     if (xmp_cgroup_detect(&sv->mode, err) < 0 || check_device_filter(sv, err) < 0 ||
-        xmp_cgroup_create_job(sv->mode, sv->plan.cgroup_name, &jl, &sv->job_cg, err) < 0 ||
+        xmp_cgroup_create_job(sv->mode, sv->spec->cgroup_manager, sv->plan.cgroup_name, &jl,
+                              &sv->job_cg, err) < 0 ||
         xmp_sv_create_worker_cgroups(sv, err) < 0 || create_zygote_cgroup(sv, err) < 0) {
         xmp_sv_destroy_cgroups(sv);
         sv->mode = XMP_CGROUP_MODE_NONE;
@@ -224,6 +225,13 @@ xmp_sv_setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
     }
     snprintf(sv->report.cgroup_path, sizeof(sv->report.cgroup_path), "%s",
              xmp_cgroup_path(sv->job_cg));
+    if (xmp_cgroup_scope(sv->job_cg) != NULL) {
+        sv->report.cgroup_manager = "systemd";
+        snprintf(sv->report.cgroup_scope, sizeof(sv->report.cgroup_scope), "%s",
+                 xmp_cgroup_scope(sv->job_cg));
+    } else {
+        sv->report.cgroup_manager = "cgroupfs";
+    }
     {
         struct xmp_cgroup_hier_path paths[8];
         size_t n = xmp_cgroup_paths(sv->job_cg, paths, 8);

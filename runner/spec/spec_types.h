@@ -3,6 +3,7 @@
 #ifndef XMP_SPEC_TYPES_H
 #define XMP_SPEC_TYPES_H
 
+#include "isolate/cgroup.h"
 #include "isolate/seccomp.h"
 
 #include <stdbool.h>
@@ -84,6 +85,7 @@ struct xmp_spec {
     int64_t shared_memory; /* bytes, -1 unset */
     enum xmp_start_mode start;
     enum xmp_cgroups_policy cgroups;
+    enum xmp_cgroup_manager cgroup_manager; /* isolation.cgroup_manager */
     enum xmp_seccomp_mode seccomp;
     char *seccomp_profile;                 /* XMP_SECCOMP_PROFILE: path, resolved against workdir */
     struct xmp_scmp_profile seccomp_rules; /* XMP_SECCOMP_PROFILE: the file, validated */

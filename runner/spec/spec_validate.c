@@ -44,12 +44,11 @@ static const struct xmp_keydef resource_keys[] = {[R_WORKER] = {"worker", KEYS(w
                                                   [R_JOB] = {"job", KEYS(memory_keys)},
                                                   [R_SHARED] = {"shared", KEYS(memory_keys)}};
 
-enum { I_CGROUPS, I_SECCOMP, I_NO_NEW_PRIVS, I_DEVICES, I_USER, I_N };
-static const struct xmp_keydef isolation_keys[] = {[I_CGROUPS] = {"cgroups"},
-                                                   [I_SECCOMP] = {"seccomp"},
-                                                   [I_NO_NEW_PRIVS] = {"no_new_privs"},
-                                                   [I_DEVICES] = {"devices"},
-                                                   [I_USER] = {"user"}};
+enum { I_CGROUPS, I_CGROUP_MANAGER, I_SECCOMP, I_NO_NEW_PRIVS, I_DEVICES, I_USER, I_N };
+static const struct xmp_keydef isolation_keys[] = {
+    [I_CGROUPS] = {"cgroups"}, [I_CGROUP_MANAGER] = {"cgroup_manager"},
+    [I_SECCOMP] = {"seccomp"}, [I_NO_NEW_PRIVS] = {"no_new_privs"},
+    [I_DEVICES] = {"devices"}, [I_USER] = {"user"}};
 
 enum { F_ACTION, F_GRACE, F_RESTARTS, F_HANG_TIMEOUT, F_N };
 static const struct xmp_keydef failure_keys[] = {[F_ACTION] = {"action"},
@@ -139,6 +138,7 @@ xmp_spec_env_reserved(const char *name)
 static const char *const kind_names[] = {"auto", "cuda", "tpu", "cpu"};
 static const char *const start_names[] = {"exec", "fork"};
 static const char *const cgroups_names[] = {"required", "optional", "off"};
+static const char *const cgroup_manager_names[] = {"auto", "cgroupfs", "systemd"};
 static const char *const action_names[] = {"kill-all", "continue"};
 static const char *const console_names[] = {"prefix", "raw", "rank0", "none"};
 
@@ -505,6 +505,11 @@ check_isolation(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *
                                        COUNT(cgroups_names), &idx))
         s->cgroups = (enum xmp_cgroups_policy[]){XMP_CGROUPS_REQUIRED, XMP_CGROUPS_OPTIONAL,
                                                  XMP_CGROUPS_OFF}[idx];
+    if (v[I_CGROUP_MANAGER] &&
+        xmp_check_enum(c, v[I_CGROUP_MANAGER], "isolation.cgroup_manager", cgroup_manager_names,
+                       COUNT(cgroup_manager_names), &idx))
+        s->cgroup_manager = (enum xmp_cgroup_manager[]){
+            XMP_CGROUP_MANAGER_AUTO, XMP_CGROUP_MANAGER_CGROUPFS, XMP_CGROUP_MANAGER_SYSTEMD}[idx];
     /* An unquoted boolean would otherwise become a profile path named "false". */
     if (v[I_SECCOMP] && is_plain_bool(v[I_SECCOMP])) {
         bool t = strcasecmp(v[I_SECCOMP]->text, "true") == 0;
@@ -624,6 +629,7 @@ set_defaults(struct xmp_spec *s)
     s->shared_memory = -1;
     s->start = XMP_START_EXEC;
     s->cgroups = XMP_CGROUPS_REQUIRED;
+    s->cgroup_manager = XMP_CGROUP_MANAGER_AUTO;
     s->seccomp = XMP_SECCOMP_DEFAULT;
     s->no_new_privs = true;
     s->devices = true;

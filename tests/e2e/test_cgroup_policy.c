@@ -5,6 +5,8 @@
 #include "e2e/e2e.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
 
 /* Runs xmprun on job.yaml with every cgroup mount read-only, in a private mount namespace. */
 static int
@@ -230,5 +232,57 @@ Test(cgroup_policy, v2_memory_only_delegation, .timeout = 900)
     cr_expect(strstr(e.r.err, "cgroup controller cpu (for a CPU quota) is not delegated") != NULL,
               "%s", e.r.err);
     cr_assert_str_eq(left, "", "the refused start left %s", left);
+    e2e_fini(&e);
+}
+
+/* isolation.cgroup_manager: cgroupfs is what the report names, with no systemd scope. */
+Test(cgroup_policy, cgroupfs_manager_is_named_in_the_report, .timeout = 120)
+{
+    struct e2e e;
+    if (!e2e_can_cgroup())
+        cr_skip_test("needs root or a delegated cgroup");
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: fscg\n"
+                 "workers: 1\n"
+                 "devices: {kind: cpu}\n"
+                 "command: ['%1$s', exit, '0']\n"
+                 "resources: {worker: {memory: 64Mi}}\n"
+                 "isolation: {cgroup_manager: cgroupfs}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 0, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *cg = json_object_get(e.rep, "cgroup");
+    cr_assert_str_eq(e2e_str(cg, "manager"), "cgroupfs");
+    cr_assert(json_is_null(json_object_get(cg, "scope")));
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* Forcing systemd where it cannot be asked (a hybrid or v1 host, or no systemd running) is a
+ * setup error that says why, not a silent fallback to cgroupfs. scripts/test_systemd runs it
+ * where systemd does run. */
+Test(cgroup_policy, forced_systemd_where_it_cannot_be_asked_is_refused, .timeout = 120)
+{
+    struct e2e e;
+    struct statfs sf;
+    bool unified = statfs("/sys/fs/cgroup", &sf) == 0 && sf.f_type == CGROUP2_SUPER_MAGIC;
+    if (unified && access("/run/systemd/system", F_OK) == 0)
+        cr_skip_test("systemd runs here: scripts/test_systemd covers the forced manager");
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: sdcg\n"
+                 "workers: 1\n"
+                 "devices: {kind: cpu}\n"
+                 "command: ['%1$s', pidfile, '%2$s/ran']\n"
+                 "isolation: {cgroup_manager: systemd}\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 125, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_assert_str_eq(e2e_str(e.rep, "outcome"), "setup_failed");
+    const char *msg = e2e_str(json_object_get(e.rep, "root_cause"), "message");
+    cr_assert_not_null(strstr(msg, "isolation.cgroup_manager: systemd"), "%s", msg);
+    cr_assert_not_null(strstr(msg, unified ? "systemd does not run here" : "needs pure cgroup v2"),
+                       "%s", msg);
+    cr_assert_null(xt_read_file(e2e_path(&e, "ran")));
+    e2e_assert_clean(&e);
     e2e_fini(&e);
 }

@@ -316,7 +316,8 @@ make_job(const char *what, int64_t memory, char *name, size_t size)
     xmp_limits_init(&l);
     l.memory = memory;
     job_name(name, size, what);
-    cr_assert_eq(xmp_cgroup_create_job(MODE, name, &l, &job, &err), 0, "create_job: %s", err.msg);
+    cr_assert_eq(xmp_cgroup_create_job(MODE, XMP_CGROUP_MANAGER_CGROUPFS, name, &l, &job, &err), 0,
+                 "create_job: %s", err.msg);
     return job;
 }
 

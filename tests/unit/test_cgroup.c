@@ -346,6 +346,13 @@ Test(own, self_leaf_pid)
     cr_expect_not(xmp_cgroup_self_leaf_pid("xmprun-job-12", &pid));
 }
 
+Test(own, cgroup_manager_names)
+{
+    cr_expect_str_eq(xmp_cgroup_manager_name(XMP_CGROUP_MANAGER_SYSTEMD), "systemd");
+    cr_expect_str_eq(xmp_cgroup_manager_name(XMP_CGROUP_MANAGER_CGROUPFS), "cgroupfs");
+    cr_expect_str_eq(xmp_cgroup_manager_name(XMP_CGROUP_MANAGER_AUTO), "auto");
+}
+
 Test(keyed, flat_keyed_files)
 {
     const char *events = "low 0\nhigh 12\nmax 3\noom 2\noom_kill 1\noom_group_kill 0\n";

@@ -331,14 +331,16 @@ LIVE_TEST(destroy_null_and_bad_names)
 
     cr_expect_eq(xmp_cgroup_destroy(NULL, &err), 0);
     xmp_limits_init(&l);
-    cr_expect_eq(xmp_cgroup_create_job(MODE, "../escape", &l, &job, &err), -1);
+    cr_expect_eq(
+        xmp_cgroup_create_job(MODE, XMP_CGROUP_MANAGER_CGROUPFS, "../escape", &l, &job, &err), -1);
     cr_expect_eq(err.errnum, EINVAL);
     job = make_job("names", -1, name, sizeof(name));
     cr_expect_eq(xmp_cgroup_create_child(job, "a/b", &l, &c, &err), -1);
     cr_expect_null(c);
     /* A name in use is refused, and the failed create leaves the existing cgroups alone. */
     struct xmp_cgroup *again = NULL;
-    cr_expect_eq(xmp_cgroup_create_job(MODE, name, NULL, &again, &err), -1);
+    cr_expect_eq(xmp_cgroup_create_job(MODE, XMP_CGROUP_MANAGER_CGROUPFS, name, NULL, &again, &err),
+                 -1);
     cr_expect_eq(err.errnum, EEXIST, "%s", err.msg);
     cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", NULL, &c, &err), 0, "%s", err.msg);
     cr_expect_eq(xmp_cgroup_create_child(job, "worker-0", NULL, &again, &err), -1);

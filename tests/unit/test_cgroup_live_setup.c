@@ -18,7 +18,7 @@ expect_create_error(const char *what, const struct xmp_limits *l, int e1, int e2
     char name[128];
 
     job_name(name, sizeof(name), what);
-    if (xmp_cgroup_create_job(MODE, name, l, &job, &err) == 0) {
+    if (xmp_cgroup_create_job(MODE, XMP_CGROUP_MANAGER_CGROUPFS, name, l, &job, &err) == 0) {
         xmp_cgroup_destroy(job, NULL);
         return fail("create_job succeeded (%s)", what);
     }
@@ -156,7 +156,7 @@ nested_self_move(void)
     xmp_limits_init(&l);
     l.memory = 64 << 20;
     job_name(name, sizeof(name), "inner");
-    if (xmp_cgroup_create_job(MODE, name, &l, &job, &err) < 0) {
+    if (xmp_cgroup_create_job(MODE, XMP_CGROUP_MANAGER_CGROUPFS, name, &l, &job, &err) < 0) {
         fail("create_job in a cgroup with processes: %s", err.msg);
         return child_msg;
     }

@@ -196,6 +196,8 @@ BAD(resources_typo, BASE "resources:\n  workers: {}\n", 5, 3,
 BAD(start_spawn, BASE "start: spawn\n", 4, 8, "start: expected one of exec, fork, got \"spawn\"")
 BAD(cgroups_maybe, BASE "isolation: {cgroups: maybe}\n", 4, 22,
     "isolation.cgroups: expected one of required, optional, off, got \"maybe\"")
+BAD(cgroup_manager_bad, BASE "isolation: {cgroup_manager: docker}\n", 4, 29,
+    "isolation.cgroup_manager: expected one of auto, cgroupfs, systemd, got \"docker\"")
 BAD(cgroups_false, BASE "isolation: {cgroups: false}\n", 4, 22,
     "isolation.cgroups: expected one of required, optional, off, got \"false\" (did you mean "
     "\"off\"?)")
@@ -370,6 +372,7 @@ Test(good, every_field)
                        "start: fork\n"
                        "isolation:\n"
                        "  cgroups: optional\n"
+                       "  cgroup_manager: systemd\n"
                        "  seccomp: %s/seccomp/train.yaml\n"
                        "  no_new_privs: False\n"
                        "  devices: false\n"
@@ -428,6 +431,7 @@ Test(good, every_field)
     cr_expect_eq(s.shared_memory, INT64_C(32) << 30);
     cr_expect_eq(s.start, XMP_START_FORK);
     cr_expect_eq(s.cgroups, XMP_CGROUPS_OPTIONAL);
+    cr_expect_eq(s.cgroup_manager, XMP_CGROUP_MANAGER_SYSTEMD);
     cr_expect_eq(s.seccomp, XMP_SECCOMP_PROFILE);
     char want[4096];
     snprintf(want, sizeof(want), "%s/seccomp/train.yaml", fixtures);
@@ -494,6 +498,7 @@ Test(good, defaults)
     cr_expect_eq(s.shared_memory, -1);
     cr_expect_eq(s.start, XMP_START_EXEC);
     cr_expect_eq(s.cgroups, XMP_CGROUPS_REQUIRED);
+    cr_expect_eq(s.cgroup_manager, XMP_CGROUP_MANAGER_AUTO);
     cr_expect_eq(s.seccomp, XMP_SECCOMP_DEFAULT);
     cr_expect_null(s.seccomp_profile);
     cr_expect(s.no_new_privs);
@@ -519,7 +524,8 @@ Test(good, auto_words_and_alternatives)
     const char *yaml = "version: 1\nname: a\ncommand: [x]\nworkers: auto\n"
                        "devices: {kind: cpu, ids: all}\n"
                        "resources: {worker: {cpuset: none, cpus: 2.5, memory: 1073741824}}\n"
-                       "isolation: {cgroups: off, seccomp: off, no_new_privs: TRUE}\n"
+                       "isolation: {cgroups: off, cgroup_manager: cgroupfs, seccomp: off, "
+                       "no_new_privs: TRUE}\n"
                        "timeout: 0\nlogs: {dir: '', console: none}\nreport: ''\n"
                        "distributed: {nnodes: auto, node_rank: auto, master_addr: auto}\n";
 
@@ -531,6 +537,7 @@ Test(good, auto_words_and_alternatives)
     cr_expect_eq(s.worker.cpus_milli, 2500);
     cr_expect_eq(s.worker.memory, 1073741824);
     cr_expect_eq(s.cgroups, XMP_CGROUPS_OFF);
+    cr_expect_eq(s.cgroup_manager, XMP_CGROUP_MANAGER_CGROUPFS);
     cr_expect_eq(s.seccomp, XMP_SECCOMP_OFF);
     cr_expect(s.no_new_privs);
     cr_expect_eq(s.timeout_ms, 0);
