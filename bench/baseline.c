@@ -7,7 +7,14 @@
  *                                hierarchy of the comma-separated HIERS ("memory" gets a 1 GiB
  *                                limit, "pids" 4096), joined by the child before exec (through
  *                                `tasks`, as xmprun's children join); one poll()
- *                                loop over the pidfds; rmdir of every directory at the end
+ *                                loop over the pidfds; rmdir of every directory at the end. On
+ *                                pure cgroup v2 (HIERS ""), the limits go in the cgroup2
+ *                                directories (memory.max 1 GiB, pids.max 4096, confined: a
+ *                                one-CPU cpuset.cpus), and in a non-root cgroup it first does the
+ *                                delegation any launcher alone there must: moves itself into a
+ *                                leaf, enables the controllers in its cgroup and the job's (one
+ *                                write each), and at the end disables them (one write), moves
+ *                                back and removes the leaf (bench/v2.py)
  *   baseline isolated N HIERS confined
  *                                the same, and what xmprun's default isolation adds in the
  *                                kernel: the default seccomp filter as above, the default
@@ -31,6 +38,8 @@
  *                                parsed with libyaml, libcgroup's init, a JSON record encoded
  *                                with jansson (libseccomp is linked only: xmprun's built-in
  *                                profiles are compiled when it is built)
+ *   baseline cgexec DIR CMD...   run CMD alone in the cgroup2 directory DIR (CLONE_INTO_CGROUP),
+ *                                its stdout to /dev/null; print its run time (ms) and status
  *   baseline cgmove FILE         write our own pid to the cgroup.procs FILE of the cgroup we are
  *                                already in, twice, and print how long each write took (the first
  *                                move into a v1 cgroup after a quiet spell waits for an RCU grace
@@ -146,6 +155,34 @@ now_ms(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* Runs argv alone in the cgroup2 directory dir (clone3 CLONE_INTO_CGROUP: no cgroup.procs
+ * write, so nothing of the move is timed), its stdout to /dev/null, and prints how long it ran
+ * (ms) and its exit status: how bench/v2.py starts each launcher alone in a fresh cgroup. */
+static int
+cgexec(const char *dir, char *const argv[])
+{
+    int cgfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), status = 0;
+    double t0 = now_ms();
+    struct clone_args ca = {
+        .flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)cgfd};
+    pid_t pid = cgfd < 0 ? -1 : (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null < 0 || dup2(null, 1) < 0)
+            _exit(125);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+        perror("cgexec");
+        return 2;
+    }
+    printf("%.3f %d\n", now_ms() - t0,
+           WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    return 0;
 }
 
 static int
@@ -271,12 +308,17 @@ report_finish(struct report *r)
 struct hier {
     char name[32];  /* "memory", or "" for cgroup2 */
     char job[4096]; /* the job's directory */
+    bool v2_limits; /* pure cgroup v2: the limits go in the cgroup2 directories */
 };
 
 struct floor {
     struct hier h[MAX_HIER];
     int n;
     int n_workers;
+    /* Pure cgroup v2, started in a non-root cgroup: the delegation any launcher does there (see
+     * delegate), and undoes at the end. own: the cgroup it started in; ctl: what it enabled. */
+    char own[4096];
+    char ctl[64];
     struct xmp_dev_prog devices; /* confined: the program every worker's cgroup2 dir gets */
 };
 
@@ -383,6 +425,19 @@ setup_dir(const struct hier *h, const char *parent, const char *dir, int rank)
     }
     if (strcmp(h->name, "memory") == 0 && write_file(dir, "memory.limit_in_bytes", "1073741824"))
         return -1;
+    /* Pure v2: a worker's limits in its cgroup2 directory, and its cpuset when confined. */
+    if (h->name[0] == '\0' && h->v2_limits && rank >= 0) {
+        char list[4096], cpu[16];
+        if (write_file(dir, "memory.max", "1073741824") < 0 || write_file(dir, "pids.max", "4096"))
+            return -1;
+        if (confined) {
+            if (read_file(parent, "cpuset.cpus.effective", list, sizeof(list)) < 0)
+                return -1;
+            snprintf(cpu, sizeof(cpu), "%d", nth_cpu(list, rank));
+            if (write_file(dir, "cpuset.cpus", cpu) < 0)
+                return -1;
+        }
+    }
     if (strcmp(h->name, "pids") == 0 && write_file(dir, "pids.max", "4096") < 0)
         return -1;
     return 0;
@@ -405,6 +460,41 @@ attach_devices(struct floor *fl, const char *dir)
     }
     close(fd);
     return 0;
+}
+
+/* Pure cgroup v2 in a non-root cgroup: the controllers the workers' limits need are enabled in
+ * our own cgroup and the job's, each with one write, which the "no internal processes" rule
+ * allows only once we have moved into a leaf of our own (as xmprun does, and any launcher
+ * alone in its cgroup must). */
+static int
+delegate(struct floor *fl, const char *own)
+{
+    char leaf[4200];
+
+    snprintf(fl->own, sizeof(fl->own), "%s", own);
+    snprintf(leaf, sizeof(leaf), "%s/bench-self-%d", own, (int)getpid());
+    if (mkdir(leaf, 0755) < 0 || write_file(leaf, "cgroup.procs", "0") < 0 ||
+        write_file(own, "cgroup.subtree_control", fl->ctl) < 0)
+        return -1;
+    return 0;
+}
+
+/* Undoes delegate: the controllers off again (one write), back into our own cgroup, the leaf
+ * removed, so that the cgroup is left as found. */
+static void
+undelegate(struct floor *fl)
+{
+    char leaf[4200], minus[64];
+
+    if (fl->own[0] == '\0')
+        return;
+    snprintf(minus, sizeof(minus), "%s", fl->ctl);
+    for (char *p = minus; (p = strchr(p, '+')) != NULL;)
+        *p = '-';
+    snprintf(leaf, sizeof(leaf), "%s/bench-self-%d", fl->own, (int)getpid());
+    write_file(fl->own, "cgroup.subtree_control", minus);
+    write_file(fl->own, "cgroup.procs", "0");
+    rmdir(leaf);
 }
 
 static int
@@ -432,7 +522,16 @@ floor_init(struct floor *fl, const char *hiers, int n_workers)
         }
         snprintf(base, sizeof(base), "/sys/fs/cgroup%s%s%s", mnt[0] ? "/" : "", mnt, own);
         snprintf(h->job, sizeof(h->job), "%s/bench-floor-%d", base, (int)getpid());
-        if (setup_dir(h, base, h->job, -1) < 0) {
+        h->v2_limits = i == 0 && n_names == 1 && !unified_mnt;
+        if (h->v2_limits)
+            snprintf(fl->ctl, sizeof(fl->ctl), "%s",
+                     confined ? "+memory +pids +cpuset" : "+memory +pids");
+        if (h->v2_limits && own[0] != '\0' && delegate(fl, base) < 0) {
+            fprintf(stderr, "baseline: delegation in %s: %s\n", base, strerror(errno));
+            return -1;
+        }
+        if (setup_dir(h, base, h->job, -1) < 0 ||
+            (h->v2_limits && write_file(h->job, "cgroup.subtree_control", fl->ctl) < 0)) {
             fprintf(stderr, "baseline: %s: %s\n", h->job, strerror(errno));
             return -1;
         }
@@ -463,6 +562,7 @@ floor_remove(struct floor *fl)
         }
         rmdir(fl->h[i].job);
     }
+    undelegate(fl);
     xmp_devices_prog_release(&fl->devices);
 }
 
@@ -511,7 +611,7 @@ floor_spawn(struct floor *fl, int rank, char *const argv[], int *pidfd)
 static int
 floor_run(const char *hiers, int n, char *const argv[], bool failfast)
 {
-    struct floor fl = {.n = 0, .devices = {.fd = -1}};
+    struct floor fl = {.n = 0, .devices = {.fd = -1}, .own = ""};
     struct pollfd *pfd = calloc((size_t)n, sizeof(*pfd));
     struct report rep;
     int first = -1, left = n;
@@ -721,6 +821,8 @@ main(int argc, char **argv)
         return worker();
     if (argc == 3 && strcmp(argv[1], "cgmove") == 0)
         return cgmove(argv[2]);
+    if (argc >= 4 && strcmp(argv[1], "cgexec") == 0)
+        return cgexec(argv[2], argv + 3);
     if (argc == 3 && strcmp(argv[1], "lines") == 0)
         return lines(atol(argv[2]));
     if (argc == 4 && strcmp(argv[1], "tagger") == 0)
