@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #endif
 #include "runner/run/group_internal.h"
+#include "runner/util/proc.h"
 
 #include "isolate/cleanup.h"
 
@@ -99,27 +100,6 @@ in_cgroup(const char *text, const struct xmp_cgroup_hier_path *p)
     return false;
 }
 
-/* The parent of pid (/proc/PID/stat), or -1. */
-static pid_t
-parent_of(pid_t pid)
-{
-    char path[64], buf[512];
-    cleanup_close int fd = -1;
-    ssize_t n;
-    int ppid = -1;
-    char *p;
-
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || (n = read(fd, buf, sizeof(buf) - 1)) <= 0)
-        return -1;
-    buf[n] = '\0';
-    p = strrchr(buf, ')');
-    if (p == NULL || sscanf(p + 1, " %*c %d", &ppid) != 1)
-        return -1;
-    return (pid_t)ppid;
-}
-
 /* The worker a process NVML lists belongs to: by its cgroup where the workers have theirs,
  * else by its ancestors; -1 for one that is not the job's (another user's, xmprun's own). */
 static long
@@ -143,7 +123,7 @@ worker_of(const struct xmp_supervisor *sv, pid_t pid)
                 return (long)i;
             continue;
         }
-        for (pid_t a = pid, k = 0; a > 1 && w->pid > 0 && k < 64; a = parent_of(a), k++)
+        for (pid_t a = pid, k = 0; a > 1 && w->pid > 0 && k < 64; a = xmp_proc_parent(a), k++)
             if (a == w->pid)
                 return (long)i;
     }

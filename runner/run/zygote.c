@@ -9,6 +9,7 @@
 
 #include "isolate/cleanup.h"
 #include "runner/run/zygote_msg.h"
+#include "runner/util/proc.h"
 #include "runner/util/strv.h"
 
 #include <errno.h>
@@ -330,27 +331,6 @@ recv_forked(struct xmp_zygote *zy, struct xmp_zmsg *m, struct xmp_error *err)
     }
 }
 
-/* The parent pid in /proc/<pid>/stat ("pid (comm) S ppid ..."); -1 if unreadable. */
-static pid_t
-parent_of(pid_t pid)
-{
-    char path[64], buf[1024];
-    cleanup_close int fd = -1;
-    ssize_t n;
-    char *p;
-    int ppid = -1;
-
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || (n = read(fd, buf, sizeof(buf) - 1)) <= 0)
-        return -1;
-    buf[n] = '\0';
-    p = strrchr(buf, ')');
-    if (p == NULL || sscanf(p + 1, " %*c %d", &ppid) != 1)
-        return -1;
-    return (pid_t)ppid;
-}
-
 int
 xmp_zygote_fork_worker(struct xmp_supervisor *sv, const struct xmp_spawn_args *a,
                        const struct xmp_worker *w, struct xmp_spawned *out, struct xmp_error *err)
@@ -438,7 +418,7 @@ xmp_zygote_fork_worker(struct xmp_supervisor *sv, const struct xmp_spawn_args *a
         return xmp_error_set(err, reply.status, "%s", reply.msg);
     /* A zygote below an intermediate process (a shell) forks its workers as that process's
      * children, which xmprun could not reap: refuse them. */
-    if (parent_of(reply.pid) != getpid()) {
+    if (xmp_proc_parent(reply.pid) != getpid()) {
         kill(reply.pid, SIGKILL);
         return xmp_error_set(err, 0,
                              "the zygote is not xmprun's own child, so its workers are not "
