@@ -128,6 +128,18 @@ e2e_sh(struct e2e *e, int timeout_s, const char *script)
     return e->r.status;
 }
 
+/* Runs `xmprun gc` with the test's state directory, from the test's own cgroup. */
+static inline int
+e2e_gc(struct e2e *e)
+{
+    char *argv[] = {(char *)xt_bin(), "gc", NULL};
+    char *envp[] = {e->state_env, NULL};
+
+    xt_result_free(&e->r);
+    cr_assert_eq(xt_run(&e->r, argv, envp, e->dir, 60), 0);
+    return e->r.status;
+}
+
 static inline json_t *
 e2e_worker(const struct e2e *e, size_t i)
 {

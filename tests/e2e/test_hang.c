@@ -127,16 +127,6 @@ write_text(const char *path, const char *text)
     cr_assert_eq(fclose(f), 0, "write %s: %s", path, strerror(errno));
 }
 
-static int
-run_gc(struct e2e *e)
-{
-    char *argv[] = {(char *)xt_bin(), "gc", NULL};
-    char *envp[] = {e->state_env, NULL};
-    xt_result_free(&e->r);
-    cr_assert_eq(xt_run(&e->r, argv, envp, e->dir, 60), 0);
-    return e->r.status;
-}
-
 static size_t
 count_state_files(const struct e2e *e)
 {
@@ -244,7 +234,7 @@ Test(hang, an_unkillable_worker_is_left_to_gc, .timeout = 180, .fini = thaw_test
     {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        cr_assert_neq(run_gc(&e), 0, "gc took a cgroup it could not empty:\n%s", e.r.err);
+        cr_assert_neq(e2e_gc(&e), 0, "gc took a cgroup it could not empty:\n%s", e.r.err);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         cr_assert_lt(t1.tv_sec - t0.tv_sec, 15);
         cr_assert_eq(count_state_files(&e), 1, "gc dropped the state file:\n%s", e.r.err);
@@ -256,7 +246,7 @@ Test(hang, an_unkillable_worker_is_left_to_gc, .timeout = 180, .fini = thaw_test
     for (int i = 0; i < 500 && !e2e_pid_dead(pid); i++)
         usleep(10000);
     cr_assert(e2e_pid_dead(pid), "the thawed worker %d is still alive", (int)pid);
-    cr_assert_eq(run_gc(&e), 0, "gc failed:\n%s", e.r.err);
+    cr_assert_eq(e2e_gc(&e), 0, "gc failed:\n%s", e.r.err);
     cr_assert_eq(rmdir(frz), 0, "rmdir %s: %s", frz, strerror(errno));
     cr_assert(access(frz, F_OK) != 0, "the test's freezer cgroup %s is left", frz);
     e2e_assert_clean(&e);

@@ -312,11 +312,7 @@ Test(lifecycle, legacy_sigkill_while_stopping_leaves_nothing_frozen, .timeout = 
         if (freezer != NULL)
             assert_not_frozen(freezer, owner, i);
         /* gc, as the next start or an admin would run it: nothing of the job survives. */
-        char *argv[] = {(char *)xt_bin(), "gc", NULL};
-        char *envp[] = {e.state_env, NULL};
-        xt_result_free(&e.r);
-        cr_assert_eq(xt_run(&e.r, argv, envp, e.dir, 60), 0);
-        cr_assert_eq(e.r.status, 0, "try %d: gc failed:\n%s", i, e.r.err);
+        cr_assert_eq(e2e_gc(&e), 0, "try %d: gc failed:\n%s", i, e.r.err);
         e2e_assert_no_cgroups(owner);
         for (int r = 1; r <= 2; r++) {
             char name[32];
@@ -331,18 +327,6 @@ Test(lifecycle, legacy_sigkill_while_stopping_leaves_nothing_frozen, .timeout = 
         }
     }
     e2e_fini(&e);
-}
-
-/* Runs `xmprun gc` with the test's state directory, from the test's own cgroup. */
-static int
-run_gc(struct e2e *e)
-{
-    char *argv[] = {(char *)xt_bin(), "gc", NULL};
-    char *envp[] = {e->state_env, NULL};
-
-    xt_result_free(&e->r);
-    cr_assert_eq(xt_run(&e->r, argv, envp, e->dir, 60), 0);
-    return e->r.status;
 }
 
 /* Slurm SIGKILLs xmprun (its grace outlasted KillWait) inside the step's cgroup; an admin runs
@@ -391,7 +375,7 @@ Test(lifecycle, gc_from_another_cgroup_cleans_every_hierarchy, .timeout = 180)
     cr_assert_gt(orphan, 0, "the grandchild did not start");
     cr_assert(!e2e_pid_dead(orphan));
 
-    status = run_gc(&e);
+    status = e2e_gc(&e);
     cr_assert_eq(status, 0, "gc failed:\n%s", e.r.err);
     for (int k = 0; k < 100 && !e2e_pid_dead(orphan); k++)
         usleep(20000);
@@ -501,7 +485,7 @@ Test(lifecycle, gc_thaws_a_frozen_orphan, .timeout = 120)
     free(state);
 
     e2e_init(&e);
-    int gc = run_gc(&e);
+    int gc = e2e_gc(&e);
     bool killed = false;
     for (int k = 0; k < 100 && !(killed = waitpid(sleeper, &status, WNOHANG) == sleeper); k++)
         usleep(10000);
