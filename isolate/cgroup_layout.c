@@ -291,9 +291,11 @@ xmp_cg_release_mount_table(void)
  * (a tmpfs over /sys/fs/cgroup, then fresh mounts) its scan fails (a hidden cgroup2 mount point
  * has no cgroup.controllers) or picks a mount point that is no longer there. The layout holds
  * the mount visible at each path (from mountinfo); where libcgroup's differs, or its scan
- * failed, that hierarchy's files are handled directly. So is a cgroup2 hierarchy for a user:
- * libcgroup's create enables the controllers in every cgroup from the mount's root down, and a
- * delegated cgroup's ancestors (user.slice, ...) are root's, which fails the create. */
+ * failed, that hierarchy's files are handled directly. So is a cgroup2 hierarchy: libcgroup's
+ * create enables the controllers in every cgroup from the mount's root down, which writes to
+ * cgroups that are not xmprun's (system.slice, a Slurm step's parents; for a user, root's
+ * user.slice, which fails the create), each a write that may wait in the kernel, while xmprun
+ * enables what a job needs in its own cgroup and the job's (cgroup_v2.c). */
 void
 xmp_cg_use_visible_mounts(struct xmp_cg_layout *l, bool lc_ok)
 {
@@ -303,7 +305,7 @@ xmp_cg_use_visible_mounts(struct xmp_cg_layout *l, bool lc_ok)
 
         if (h->lc_ctrl[0] == '\0')
             continue;
-        h->direct = !lc_ok || (h->v2 && geteuid() != 0) ||
+        h->direct = !lc_ok || h->v2 ||
                     cgroup_get_subsys_mount_point(h->lc_ctrl, &lc_mount) != 0 || lc_mount == NULL ||
                     strcmp(lc_mount, h->mount) != 0;
         free(lc_mount);
