@@ -156,7 +156,7 @@ in_shell() {
 export XMPRUN_STATE_DIR=$dir/state
 
 echo "== [${SECONDS}s] (a) root, from a shell that shares its cgroup: memory, CPU and pids limits"
-job limited 2 '{memory: 64Mi, cpus: 0.5, pids: 40, cpuset: none}' 'exit 0'
+job limited 2 '{memory: 64Mi, cpus: 0.5, pids: 40}' 'exit 0'
 in_shell "'$xmprun' --report '$dir/limited.json' '$dir/limited.yaml' 2>'$dir/limited.err'"
 rc=$?
 [[ $rc == 0 ]] || fail "(a) exit $rc: $(cat "$dir/limited.err")"
@@ -170,7 +170,7 @@ fi
 nothing_left && echo "(a) nothing left"
 
 echo "== [${SECONDS}s] (b) root: a failing job"
-job failing 2 '{memory: 64Mi, pids: 40, cpuset: none}' 'exit $((RANK == 1 ? 3 : 0))'
+job failing 2 '{memory: 64Mi, pids: 40}' 'exit $((RANK == 1 ? 3 : 0))'
 in_shell "'$xmprun' --report '$dir/failing.json' '$dir/failing.yaml' 2>'$dir/failing.err'"
 rc=$?
 [[ $rc == 3 ]] || fail "(b) exit $rc, want 3: $(cat "$dir/failing.err")"
@@ -178,7 +178,7 @@ scope=$(check_report failing) && echo "(b) exit $rc, scope $scope" || fail "(b) 
 nothing_left && echo "(b) nothing left"
 
 echo "== [${SECONDS}s] (c) root: SIGKILL of xmprun, then xmprun gc"
-job killed 2 '{memory: 64Mi, pids: 40, cpuset: none}' 'exec sleep 1000'
+job killed 2 '{memory: 64Mi, pids: 40}' 'exec sleep 1000'
 in_shell "'$xmprun' --report '$dir/killed.json' '$dir/killed.yaml' 2>'$dir/killed.err' & p=\$!; echo \$p >'$dir/killed.pid'; wait \$p" &
 shell=$!
 for _ in $(seq 300); do [[ -s $dir/killed.0 && -s $dir/killed.1 ]] && break; sleep 0.1; done
@@ -198,8 +198,8 @@ useradd -M -u $uid -U -s /bin/sh "$user" || fail "useradd"
 # The user manager moves a process out of a cgroup the user may not write through the system
 # manager's AttachProcessesToUnit, on the system bus.
 in_sd systemctl start dbus.socket user@$uid.service || fail "start user@$uid.service"
-# cpuset: none, since a user manager delegates no cpuset and cpuset: auto still asks for one.
-job user 2 '{memory: 64Mi, cpuset: none}' 'exit 0'
+# A user manager delegates no cpuset: cpuset: auto (the default) pins the workers by affinity.
+job user 2 '{memory: 64Mi}' 'exit 0'
 chmod 777 "$dir"
 mkdir -m 777 "$dir/state-user"
 in_shell "setpriv --reuid=$uid --regid=$uid --clear-groups env XDG_RUNTIME_DIR=/run/user/$uid \
@@ -209,6 +209,7 @@ rc=$?
 if scope=$(check_report user); then
     echo "(d) report: manager systemd, scope $scope, path $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["cgroup"]["path"])' "$dir/user.json")"
     check_limits user 2 "$scope" memory.max=67108864
+    grep -q 'by sched_setaffinity alone' "$dir/user.json" || fail "(d) no cpuset note: $(cat "$dir/user.json")"
 else
     fail "(d) report: $(cat "$dir/user.json")"
 fi
