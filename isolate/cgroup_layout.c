@@ -305,9 +305,8 @@ xmp_cg_use_visible_mounts(struct xmp_cg_layout *l, bool lc_ok)
 
         if (h->lc_ctrl[0] == '\0')
             continue;
-        h->direct = !lc_ok || h->v2 ||
-                    cgroup_get_subsys_mount_point(h->lc_ctrl, &lc_mount) != 0 || lc_mount == NULL ||
-                    strcmp(lc_mount, h->mount) != 0;
+        h->direct = !lc_ok || h->v2 || cgroup_get_subsys_mount_point(h->lc_ctrl, &lc_mount) != 0 ||
+                    lc_mount == NULL || strcmp(lc_mount, h->mount) != 0;
         free(lc_mount);
     }
 }

@@ -9,15 +9,91 @@
 #include "isolate/cgroup_internal.h"
 #include "isolate/cleanup.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <systemd/sd-bus.h>
-#include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
+
+/* libsystemd is loaded when systemd is first asked (load_sd_bus), not linked: with what it
+ * loads in turn (libgcrypt, liblzma, libzstd, liblz4, libcap) it would be loaded at every start
+ * of xmprun, for the jobs that need a scope. Each function is called through a pointer of its
+ * own type, under its own name. */
+#define SD_FUNCS(X)                                                                                \
+    X(sd_bus_call)                                                                                 \
+    X(sd_bus_error_free)                                                                           \
+    X(sd_bus_flush_close_unref)                                                                    \
+    X(sd_bus_is_bus_client)                                                                        \
+    X(sd_bus_match_signal)                                                                         \
+    X(sd_bus_message_append)                                                                       \
+    X(sd_bus_message_close_container)                                                              \
+    X(sd_bus_message_new_method_call)                                                              \
+    X(sd_bus_message_open_container)                                                               \
+    X(sd_bus_message_read)                                                                         \
+    X(sd_bus_message_unref)                                                                        \
+    X(sd_bus_new)                                                                                  \
+    X(sd_bus_open_system)                                                                          \
+    X(sd_bus_open_user)                                                                            \
+    X(sd_bus_process)                                                                              \
+    X(sd_bus_set_address)                                                                          \
+    X(sd_bus_slot_unref)                                                                           \
+    X(sd_bus_start)                                                                                \
+    X(sd_bus_unref)                                                                                \
+    X(sd_bus_wait)
+#define SD_DECLARE(f) static __typeof__(f) *p_##f;
+SD_FUNCS(SD_DECLARE)
+#define sd_bus_call                    p_sd_bus_call
+#define sd_bus_error_free              p_sd_bus_error_free
+#define sd_bus_flush_close_unref       p_sd_bus_flush_close_unref
+#define sd_bus_is_bus_client           p_sd_bus_is_bus_client
+#define sd_bus_match_signal            p_sd_bus_match_signal
+#define sd_bus_message_append          p_sd_bus_message_append
+#define sd_bus_message_close_container p_sd_bus_message_close_container
+#define sd_bus_message_new_method_call p_sd_bus_message_new_method_call
+#define sd_bus_message_open_container  p_sd_bus_message_open_container
+#define sd_bus_message_read            p_sd_bus_message_read
+#define sd_bus_message_unref           p_sd_bus_message_unref
+#define sd_bus_new                     p_sd_bus_new
+#define sd_bus_open_system             p_sd_bus_open_system
+#define sd_bus_open_user               p_sd_bus_open_user
+#define sd_bus_process                 p_sd_bus_process
+#define sd_bus_set_address             p_sd_bus_set_address
+#define sd_bus_slot_unref              p_sd_bus_slot_unref
+#define sd_bus_start                   p_sd_bus_start
+#define sd_bus_unref                   p_sd_bus_unref
+#define sd_bus_wait                    p_sd_bus_wait
+
+static int
+load_sd_bus(struct xmp_error *err)
+{
+    static void *lib;
+
+    if (lib != NULL)
+        return 0;
+    lib = dlopen("libsystemd.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL)
+        return xmp_error_set(err, ENOENT, "libsystemd cannot be loaded: %s", dlerror());
+#define SD_LOAD(f)                                                                                 \
+    if ((*(void **)&p_##f = dlsym(lib, #f)) == NULL) {                                             \
+        lib = NULL;                                                                                \
+        return xmp_error_set(err, ENOENT, "libsystemd.so.0 has no %s", #f);                        \
+    }
+    SD_FUNCS(SD_LOAD)
+    return 0;
+}
+
+/* What sd_booted() says, without loading libsystemd for it. */
+static bool
+systemd_runs(void)
+{
+    struct stat st;
+
+    return lstat("/run/systemd/system", &st) == 0 && S_ISDIR(st.st_mode);
+}
 
 #define SD_DEST  "org.freedesktop.systemd1"
 #define SD_PATH  "/org/freedesktop/systemd1"
@@ -27,24 +103,28 @@
  * emulation or on a loaded host it can take seconds; past this the manager is stuck. */
 #define SCOPE_TIMEOUT_US (30ULL * 1000 * 1000)
 
+/* A bus, a message or a slot exists only once libsystemd is loaded. */
 static inline void
 bus_unref(sd_bus **bus)
 {
-    sd_bus_flush_close_unref(*bus);
+    if (*bus != NULL)
+        sd_bus_flush_close_unref(*bus);
 }
 #define cleanup_bus __attribute__((cleanup(bus_unref)))
 
 static inline void
 bus_msg_unref(sd_bus_message **m)
 {
-    sd_bus_message_unref(*m);
+    if (*m != NULL)
+        sd_bus_message_unref(*m);
 }
 #define cleanup_bus_msg __attribute__((cleanup(bus_msg_unref)))
 
 static inline void
 bus_slot_unref(sd_bus_slot **s)
 {
-    sd_bus_slot_unref(*s);
+    if (*s != NULL)
+        sd_bus_slot_unref(*s);
 }
 #define cleanup_bus_slot __attribute__((cleanup(bus_slot_unref)))
 
@@ -78,6 +158,8 @@ connect_manager(sd_bus **out, bool user, struct xmp_error *err)
     sd_bus *bus = NULL;
     int r;
 
+    if (load_sd_bus(err) < 0)
+        return -1;
     if (!user)
         snprintf(addr, sizeof(addr), "unix:path=/run/systemd/private");
     else if (rt != NULL && rt[0] == '/' &&
@@ -337,7 +419,7 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, enum xmp_cgroup_manager manager
                       struct xmp_error *err)
 {
     bool ask =
-        manager == XMP_CGROUP_MANAGER_AUTO && mode == XMP_CGROUP_MODE_UNIFIED && sd_booted() > 0;
+        manager == XMP_CGROUP_MANAGER_AUTO && mode == XMP_CGROUP_MODE_UNIFIED && systemd_runs();
     struct xmp_error why = {0};
     char unit[256];
 
@@ -347,7 +429,7 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, enum xmp_cgroup_manager manager
                                  "isolation.cgroup_manager: systemd needs pure cgroup v2, and "
                                  "this host's cgroups are %s (use auto or cgroupfs)",
                                  xmp_cgroup_mode_name(mode));
-        if (sd_booted() <= 0)
+        if (!systemd_runs())
             return xmp_error_set(err, ENOTSUP,
                                  "isolation.cgroup_manager: systemd, but systemd does not run "
                                  "here (no /run/systemd/system; use auto or cgroupfs)");

@@ -188,11 +188,6 @@ find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Add
                                         debuglink_crc, debuginfo_file_name);
 }
 
-static const Dwfl_Callbacks proc_callbacks = {
-    .find_elf = dwfl_linux_proc_find_elf,
-    .find_debuginfo = find_debuginfo,
-};
-
 /* Stops the threads (not those in D state), waiting for each until the deadline; stopped[i]
  * says which did. Returns how many were seized (each must be detached). */
 static size_t
@@ -261,6 +256,7 @@ read_proc_comm(struct xmp_stack_proc *p)
 static void
 capture_one(struct xmp_stack_proc *p, int64_t deadline_ns)
 {
+    Dwfl_Callbacks callbacks = {.find_debuginfo = find_debuginfo}; /* dwfl's, until dwfl_end */
     Dwfl *dwfl = NULL;
     bool *seized = NULL, *stopped = NULL;
     size_t n_seized = 0;
@@ -284,7 +280,10 @@ capture_one(struct xmp_stack_proc *p, int64_t deadline_ns)
         snprintf(p->error, sizeof(p->error), "no thread could be stopped to read its stack");
         goto out;
     }
-    dwfl = dwfl_begin(&proc_callbacks);
+    if (!xmp_stacks_dw_load(p->error, sizeof(p->error)))
+        goto out;
+    callbacks.find_elf = dwfl_linux_proc_find_elf; /* libdw's, loaded now */
+    dwfl = dwfl_begin(&callbacks);
     if (dwfl == NULL || dwfl_linux_proc_report(dwfl, p->pid) != 0 ||
         dwfl_report_end(dwfl, NULL, NULL) != 0 || dwfl_linux_proc_attach(dwfl, p->pid, true) != 0) {
         snprintf(p->error, sizeof(p->error), "read the modules: %s", dwfl_errmsg(-1));

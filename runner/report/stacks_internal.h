@@ -6,6 +6,51 @@
 #include "runner/report/stacks.h"
 
 #include <elfutils/libdwfl.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* libdw is loaded by the first capture (xmp_stacks_dw_load), not linked: with what it needs
+ * (libelf, libz, libbz2, liblzma, libzstd) it would be loaded at every start of xmprun, for the
+ * few jobs that stop a worker. Each function is called through a pointer of its own type, under
+ * its own name. */
+#define XMP_DW_FUNCS(X)                                                                            \
+    X(dwfl_addrmodule)                                                                             \
+    X(dwfl_begin)                                                                                  \
+    X(dwfl_end)                                                                                    \
+    X(dwfl_errmsg)                                                                                 \
+    X(dwfl_frame_pc)                                                                               \
+    X(dwfl_getmodules)                                                                             \
+    X(dwfl_getthread_frames)                                                                       \
+    X(dwfl_linux_proc_attach)                                                                      \
+    X(dwfl_linux_proc_find_elf)                                                                    \
+    X(dwfl_linux_proc_report)                                                                      \
+    X(dwfl_module_addrinfo)                                                                        \
+    X(dwfl_module_getsym_info)                                                                     \
+    X(dwfl_module_getsymtab)                                                                       \
+    X(dwfl_module_info)                                                                            \
+    X(dwfl_report_end)                                                                             \
+    X(dwfl_standard_find_debuginfo)
+#define XMP_DW_DECLARE(f) extern __typeof__(f) *xmp_dw_##f;
+XMP_DW_FUNCS(XMP_DW_DECLARE)
+#define dwfl_addrmodule              xmp_dw_dwfl_addrmodule
+#define dwfl_begin                   xmp_dw_dwfl_begin
+#define dwfl_end                     xmp_dw_dwfl_end
+#define dwfl_errmsg                  xmp_dw_dwfl_errmsg
+#define dwfl_frame_pc                xmp_dw_dwfl_frame_pc
+#define dwfl_getmodules              xmp_dw_dwfl_getmodules
+#define dwfl_getthread_frames        xmp_dw_dwfl_getthread_frames
+#define dwfl_linux_proc_attach       xmp_dw_dwfl_linux_proc_attach
+#define dwfl_linux_proc_find_elf     xmp_dw_dwfl_linux_proc_find_elf
+#define dwfl_linux_proc_report       xmp_dw_dwfl_linux_proc_report
+#define dwfl_module_addrinfo         xmp_dw_dwfl_module_addrinfo
+#define dwfl_module_getsym_info      xmp_dw_dwfl_module_getsym_info
+#define dwfl_module_getsymtab        xmp_dw_dwfl_module_getsymtab
+#define dwfl_module_info             xmp_dw_dwfl_module_info
+#define dwfl_report_end              xmp_dw_dwfl_report_end
+#define dwfl_standard_find_debuginfo xmp_dw_dwfl_standard_find_debuginfo
+
+/* Loads libdw once (any thread); false, with why in err, when it cannot be. */
+bool xmp_stacks_dw_load(char *err, size_t size);
 
 /* Most frames kept per thread and stack. */
 #define XMP_STACKS_MAX_FRAMES 64

@@ -35,6 +35,11 @@ echo "deb: $(basename "$deb"), Depends: $depends"
 for lib in libc6 libyaml-0-2 libcgroup2 libjansson4; do
     case "$depends" in *"$lib"*) ;; *) fail "Depends lacks $lib" ;; esac
 done
+# What xmprun loads with dlopen when a feature needs it, which dpkg-shlibdeps cannot see.
+recommends=$(dpkg-deb -f "$deb" Recommends)
+for lib in libdw1 libsystemd0; do
+    case "$recommends" in *"$lib"*) ;; *) fail "Recommends lacks $lib" ;; esac
+done
 
 cp -a "$base" "$work/root" || cannot "cannot copy $base"
 cp "$deb" "$work/root/tmp/xmprun.deb"
