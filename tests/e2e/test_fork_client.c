@@ -104,10 +104,26 @@ Test(fork, a_zygote_that_exits_0_without_spawning_fails_the_job, .timeout = 120)
  * zygote's error file, and the root cause quotes it; the report's zygote keeps the file. */
 Test(fork, a_zygote_whose_preload_raises_is_quoted, .timeout = 120)
 {
+    struct e2e e;
+
     zygote_fails("load-fails", 1, "zygote_exited",
                  "the zygote exited with status 1 before it forked the workers: "
                  "FileNotFoundError: checkpoint /ckpt/model.pt not found",
                  "checkpoint /ckpt/model.pt not found");
+    /* The words come from the error file (its traceback's last line says the same): the
+     * report's zygote keeps the file, as a worker's does. */
+    e2e_init(&e);
+    fork_spec(&e, "load-fails", "workers: 2\n");
+    cr_assert_eq(e2e_run(&e, 240, NULL), 1, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    char *ef = json_dumps(json_object_get(json_object_get(e.rep, "zygote"), "error_file"),
+                          JSON_ENCODE_ANY);
+    bool quoted = ef != NULL && ef[0] == '{' && strstr(ef, "/ckpt/model.pt not found") != NULL;
+    free(ef);
+    cr_assert(quoted, "the report's zygote.error_file is not the zygote's error file");
+    assert_zygote_gone(&e);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
 }
 
 /* A zygote that raises before it imports the client: no error file, so the root cause quotes
