@@ -63,8 +63,8 @@ Test(fork, a_raising_worker_shows_its_traceback, .timeout = 300)
 }
 
 static void
-zygote_fails(const char *args, int status, const char *reason, const char *message,
-             const char *stderr_has)
+zygote_fails_ex(const char *args, int status, const char *reason, const char *message,
+                const char *stderr_has, const char *error_file_has)
 {
     struct e2e e;
     need_python();
@@ -77,9 +77,24 @@ zygote_fails(const char *args, int status, const char *reason, const char *messa
     json_t *rc = json_object_get(e.rep, "root_cause");
     cr_assert_str_eq(e2e_str(rc, "reason"), reason);
     cr_assert_not_null(strstr(e2e_str(rc, "message"), message), "%s", e2e_str(rc, "message"));
+    if (error_file_has != NULL) {
+        /* The words came from the zygote's error file, which its report keeps. */
+        char *ef = json_dumps(json_object_get(json_object_get(e.rep, "zygote"), "error_file"),
+                              JSON_ENCODE_ANY);
+        bool kept = ef != NULL && ef[0] == '{' && strstr(ef, error_file_has) != NULL;
+        free(ef);
+        cr_assert(kept, "the report's zygote.error_file is not the zygote's error file");
+    }
     assert_zygote_gone(&e);
     e2e_assert_clean(&e);
     e2e_fini(&e);
+}
+
+static void
+zygote_fails(const char *args, int status, const char *reason, const char *message,
+             const char *stderr_has)
+{
+    zygote_fails_ex(args, status, reason, message, stderr_has, NULL);
 }
 
 Test(fork, a_zygote_that_never_spawns_fails_the_job, .timeout = 120)
@@ -104,26 +119,10 @@ Test(fork, a_zygote_that_exits_0_without_spawning_fails_the_job, .timeout = 120)
  * zygote's error file, and the root cause quotes it; the report's zygote keeps the file. */
 Test(fork, a_zygote_whose_preload_raises_is_quoted, .timeout = 120)
 {
-    struct e2e e;
-
-    zygote_fails("load-fails", 1, "zygote_exited",
-                 "the zygote exited with status 1 before it forked the workers: "
-                 "FileNotFoundError: checkpoint /ckpt/model.pt not found",
-                 "checkpoint /ckpt/model.pt not found");
-    /* The words come from the error file (its traceback's last line says the same): the
-     * report's zygote keeps the file, as a worker's does. */
-    e2e_init(&e);
-    fork_spec(&e, "load-fails", "workers: 2\n");
-    cr_assert_eq(e2e_run(&e, 240, NULL), 1, "stderr:\n%s", e.r.err);
-    e2e_load_report(&e);
-    char *ef = json_dumps(json_object_get(json_object_get(e.rep, "zygote"), "error_file"),
-                          JSON_ENCODE_ANY);
-    bool quoted = ef != NULL && ef[0] == '{' && strstr(ef, "/ckpt/model.pt not found") != NULL;
-    free(ef);
-    cr_assert(quoted, "the report's zygote.error_file is not the zygote's error file");
-    assert_zygote_gone(&e);
-    e2e_assert_clean(&e);
-    e2e_fini(&e);
+    zygote_fails_ex("load-fails", 1, "zygote_exited",
+                    "the zygote exited with status 1 before it forked the workers: "
+                    "FileNotFoundError: checkpoint /ckpt/model.pt not found",
+                    "checkpoint /ckpt/model.pt not found", "/ckpt/model.pt not found");
 }
 
 /* A zygote that raises before it imports the client: no error file, so the root cause quotes
