@@ -195,6 +195,9 @@ void xmp_cg_held_close(struct xmp_cgroup *cg);
 /* Value of "key N" in a flat-keyed file text (memory.events, cpu.stat, oom_control); -1 if absent.
  */
 int64_t xmp_cg_keyed(const char *text, const char *key);
+
+/* CLOCK_MONOTONIC in milliseconds, for the cgroup code's bounded waits. */
+int64_t xmp_cg_now_ms(void);
 /* Translates a libcgroup return code into err (errno and message). Always returns -1. */
 int xmp_cg_lcerror(struct xmp_error *err, int ret, const char *what, const char *path);
 /* The values a new cgroup gets, in the order they must be written (memory before memsw). */

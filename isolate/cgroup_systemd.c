@@ -16,7 +16,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <systemd/sd-bus.h>
-#include <time.h>
 #include <unistd.h>
 
 /* libsystemd is loaded when systemd is first asked (load_sd_bus), not linked: with what it
@@ -213,15 +212,6 @@ on_job_removed(sd_bus_message *m, void *data, sd_bus_error *ret_error)
     return 0;
 }
 
-static uint64_t
-now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
 /* StartTransientUnit(unit, "fail", properties, aux): the scope, with this process in it. */
 static int
 call_start(sd_bus *bus, const char *unit, const char *description, sd_bus_message **reply,
@@ -286,9 +276,9 @@ start_scope(const char *unit, const char *description, struct xmp_error *err)
     if (r < 0 || (job = strdup(path)) == NULL)
         return xmp_error_set(err, r < 0 ? -r : ENOMEM, "read StartTransientUnit's answer");
     w.job = job;
-    deadline = now_us() + SCOPE_TIMEOUT_US;
+    deadline = (uint64_t)xmp_cg_now_ms() * 1000 + SCOPE_TIMEOUT_US;
     while (!w.done) {
-        uint64_t now = now_us();
+        uint64_t now = (uint64_t)xmp_cg_now_ms() * 1000;
         r = sd_bus_process(bus, NULL);
         if (r < 0)
             return xmp_error_set(err, -r, "wait for systemd to start %s", unit);

@@ -86,8 +86,8 @@ xmp_cg2_is_empty(const char *dir)
     return populated >= 0 ? populated == 0 : xmp_cg_procs_empty_tree(dir);
 }
 
-static int64_t
-now_ms(void)
+int64_t
+xmp_cg_now_ms(void)
 {
     struct timespec ts;
 
@@ -101,14 +101,14 @@ xmp_cg2_kill_and_wait(struct xmp_cgroup *cg, long timeout_ms, struct xmp_error *
     const char *dir = cg->dir[cg->layout->unified];
     char path[XMP_CG_PATH + 32];
     cleanup_close int fd = -1;
-    int64_t start = now_ms(), next_kill = start;
+    int64_t start = xmp_cg_now_ms(), next_kill = start;
 
     snprintf(path, sizeof(path), "%s/cgroup.events", dir);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return errno == ENOENT ? 0 : xmp_error_set(err, errno, "open `%s`", path);
     for (;;) {
-        int64_t now = now_ms();
+        int64_t now = xmp_cg_now_ms();
         struct pollfd pfd = {.fd = fd, .events = POLLPRI};
         char events[256];
         int populated;
