@@ -7,6 +7,7 @@
 #include "runner/report/stacks.h"
 #include "runner/run/state.h"
 #include "runner/run/supervise.h"
+#include "runner/spec/quantity.h"
 #include "runner/spec/spec.h"
 
 #include <errno.h>
@@ -370,6 +371,8 @@ cmd_stacks(const struct cli *cli)
     struct xmp_state_job job;
     struct xmp_error err = {0};
     struct xmp_stacks st = {0};
+    const char *timeout = getenv("XMPRUN_STACKS_TIMEOUT");
+    int64_t budget_ms = XMP_STACKS_COMMAND_BUDGET_MS;
     char buf[512];
     const char *dir = xmp_state_dir(environ, buf, sizeof(buf));
 
@@ -380,7 +383,11 @@ cmd_stacks(const struct cli *cli)
         fprintf(stderr, "xmprun: stacks: %s\n", dir != NULL ? err.msg : "no state directory");
         return 1;
     }
-    if (xmp_stacks_capture(job.pids, job.n_pids, XMP_STACKS_COMMAND_BUDGET_MS, &st) < 0) {
+    if (timeout != NULL && xmp_parse_duration(timeout, &budget_ms, err.msg, sizeof(err.msg)) < 0) {
+        fprintf(stderr, "xmprun: stacks: XMPRUN_STACKS_TIMEOUT: %s\n", err.msg);
+        return EXIT_USAGE;
+    }
+    if (xmp_stacks_capture(job.pids, job.n_pids, budget_ms > 0 ? (long)budget_ms : 1, &st) < 0) {
         fprintf(stderr, "xmprun: stacks: out of memory\n");
         return EXIT_SETUP;
     }
@@ -428,5 +435,9 @@ main(int argc, char **argv)
     }
     free(cli.sets);
     free(cli.args);
+    if (xmp_stacks_running()) {
+        fflush(NULL);
+        _exit(status);
+    }
     return status;
 }

@@ -273,15 +273,15 @@ capture_one(struct xmp_stack_proc *p, int64_t deadline_ns)
     }
     seized = calloc(p->n_threads, sizeof(bool));
     stopped = calloc(p->n_threads, sizeof(bool));
-    if (seized == NULL || stopped == NULL)
+    /* libdw is loaded (once: milliseconds, seconds from a cold disk under load) before the
+     * worker is stopped, not while it waits. */
+    if (seized == NULL || stopped == NULL || !xmp_stacks_dw_load(p->error, sizeof(p->error)))
         goto out;
     n_seized = stop_threads(p, seized, stopped, deadline_ns);
     if (n_seized == 0) {
         snprintf(p->error, sizeof(p->error), "no thread could be stopped to read its stack");
         goto out;
     }
-    if (!xmp_stacks_dw_load(p->error, sizeof(p->error)))
-        goto out;
     callbacks.find_elf = dwfl_linux_proc_find_elf; /* libdw's, loaded now */
     dwfl = dwfl_begin(&callbacks);
     if (dwfl == NULL || dwfl_linux_proc_report(dwfl, p->pid) != 0 ||
@@ -333,6 +333,19 @@ struct job {
 };
 
 static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Capture threads not yet ended, those given up on included (under shared_lock). */
+static size_t live;
+
+bool
+xmp_stacks_running(void)
+{
+    bool running;
+
+    pthread_mutex_lock(&shared_lock);
+    running = live > 0;
+    pthread_mutex_unlock(&shared_lock);
+    return running;
+}
 
 static void *
 run_job(void *arg)
@@ -353,6 +366,9 @@ run_job(void *arg)
         xmp_stack_proc_free(&j->proc);
         free(j);
     }
+    pthread_mutex_lock(&shared_lock);
+    live--;
+    pthread_mutex_unlock(&shared_lock);
     return NULL;
 }
 
@@ -397,7 +413,13 @@ xmp_stacks_capture(const pid_t *pids, size_t n, long budget_ms, struct xmp_stack
                                 .n_done = &n_done};
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_mutex_lock(&shared_lock);
+        live++;
+        pthread_mutex_unlock(&shared_lock);
         if (pthread_create(&th, &attr, run_job, jobs[i]) != 0) {
+            pthread_mutex_lock(&shared_lock);
+            live--;
+            pthread_mutex_unlock(&shared_lock);
             free(jobs[i]);
             jobs[i] = NULL;
         } else {
@@ -420,6 +442,7 @@ xmp_stacks_capture(const pid_t *pids, size_t n, long budget_ms, struct xmp_stack
         } else {
             /* Its thread frees it when it ends. */
             jobs[i]->abandoned = true;
+            read_proc_comm(p);
             p->truncated = true;
             snprintf(p->error, sizeof(p->error), "not read within the %ld ms budget", budget_ms);
         }

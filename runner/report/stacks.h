@@ -17,7 +17,7 @@
  * move by at most this), and for `xmprun stacks`, which nothing waits on but the person who
  * asked (and which a slow machine, an emulator, needs). */
 #define XMP_STACKS_BUDGET_MS         1000
-#define XMP_STACKS_COMMAND_BUDGET_MS 5000
+#define XMP_STACKS_COMMAND_BUDGET_MS 10000
 
 struct xmp_stack_frame {
     char *function;  /* NULL when unknown */
@@ -59,6 +59,11 @@ struct xmp_stacks {
  * in time is marked truncated, never waited for). A process that is gone or exits meanwhile is
  * reported with an error. Returns 0, or -1 with errno (ENOMEM) and nothing captured. */
 int xmp_stacks_capture(const pid_t *pids, size_t n, long budget_ms, struct xmp_stacks *out);
+
+/* Whether a capture thread still runs: one given up on at its deadline goes on until its
+ * current step ends. The process must not run its exit handlers under it (the libraries libdw
+ * loads, OpenSSL's among them, free what it may be using): main leaves with _exit then. */
+bool xmp_stacks_running(void);
 
 /* Moves procs[i] out of s (the caller frees it with xmp_stack_proc_free and free). */
 struct xmp_stack_proc *xmp_stacks_take(struct xmp_stacks *s, size_t i);

@@ -167,12 +167,12 @@ Test(stacks, stacks_command_reads_a_running_job_that_goes_on, .timeout = 120)
 
     e2e_init(&e);
     free(xt_write_file(e.dir, "w.py", worker_py));
-    /* Each worker waits 6 s, then exits 0 by itself (its second thread is a daemon). */
+    /* Each worker waits 9 s, then exits 0 by itself (its second thread is a daemon). */
     e2e_spec(&e, "version: 1\n"
                  "name: stacks-live\n"
                  "workers: 2\n"
                  "devices: {kind: cpu}\n"
-                 "command: [" PYTHON ", %2$s/w.py, '6']\n");
+                 "command: [" PYTHON ", %2$s/w.py, '9']\n");
     int status = e2e_sh(&e, 60,
                         "\"$XMPRUN\" --report \"$REPORT\" \"$SPEC\" > run.out 2> run.err &\n"
                         "pid=$!\n"
@@ -181,6 +181,17 @@ Test(stacks, stacks_command_reads_a_running_job_that_goes_on, .timeout = 120)
                         "  sleep 0.1; n=$((n + 1))\n"
                         "done\n"
                         "sleep 0.5\n"
+                        /* Out of time early: the captures given up on still run when the
+                         * command ends, inside libdw or the libraries it loads, which must not
+                         * crash it (their exit handlers free what those captures use). Where
+                         * in a capture a budget ends depends on the machine's speed: a sweep. */
+                        "for t in 2 3 4 5 6 8 10 13 16 20 25 30 40 50 65 80 100; do\n"
+                        "  XMPRUN_STACKS_TIMEOUT=${t}ms \"$XMPRUN\" stacks stacks-live >> short.txt"
+                        " 2>> short.err\n"
+                        "  echo $? >> short.rc\n"
+                        "done\n"
+                        "XMPRUN_STACKS_TIMEOUT=soon \"$XMPRUN\" stacks stacks-live 2> bad.err\n"
+                        "echo $? > bad.rc\n"
                         "\"$XMPRUN\" stacks stacks-live > stacks.txt 2> stacks.err\n"
                         "echo $? > stacks.rc\n"
                         "wait $pid\n");
@@ -189,6 +200,23 @@ Test(stacks, stacks_command_reads_a_running_job_that_goes_on, .timeout = 120)
     char *out = xt_read_file(e2e_path(&e, "stacks.txt"));
     char *err = xt_read_file(e2e_path(&e, "stacks.err"));
     cr_assert(rc != NULL && strcmp(rc, "0\n") == 0, "xmprun stacks: %s %s", rc, err);
+    char *short_rc = xt_read_file(e2e_path(&e, "short.rc"));
+    char *short_err = xt_read_file(e2e_path(&e, "short.err"));
+    char *short_out = xt_read_file(e2e_path(&e, "short.txt"));
+    cr_assert(short_rc != NULL && strspn(short_rc, "0\n") == strlen(short_rc) &&
+                  strlen(short_rc) == 2 * 17,
+              "xmprun stacks within 2 to 100 ms: %s\n%s", short_rc, short_err);
+    cr_assert(strstr(short_out, "ms budget") != NULL, "%s", short_out);
+    char *bad_rc = xt_read_file(e2e_path(&e, "bad.rc"));
+    char *bad_err = xt_read_file(e2e_path(&e, "bad.err"));
+    cr_assert(bad_rc != NULL && strcmp(bad_rc, "2\n") == 0 &&
+                  strstr(bad_err, "XMPRUN_STACKS_TIMEOUT") != NULL,
+              "%s %s", bad_rc, bad_err);
+    free(short_rc);
+    free(short_err);
+    free(short_out);
+    free(bad_rc);
+    free(bad_err);
     cr_assert(strstr(out, "=== worker 0 ===") != NULL && strstr(out, "=== worker 1 ===") != NULL,
               "%s", out);
     /* Both workers, both threads. */
