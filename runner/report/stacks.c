@@ -173,21 +173,6 @@ on_frame(Dwfl_Frame *state, void *arg)
     return DWARF_CB_OK;
 }
 
-/* Separate debug info is looked up on this machine only: with DEBUGINFOD_URLS set, libdwfl's
- * standard lookup would download it, which no budget of a second allows. */
-static int
-find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
-               const char *file_name, const char *debuglink_file, GElf_Word debuglink_crc,
-               char **debuginfo_file_name)
-{
-    const char *urls = getenv("DEBUGINFOD_URLS");
-
-    if (urls != NULL && urls[0] != '\0')
-        return -1;
-    return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name, debuglink_file,
-                                        debuglink_crc, debuginfo_file_name);
-}
-
 /* Stops the threads (not those in D state), waiting for each until the deadline; stopped[i]
  * says which did. Returns how many were seized (each must be detached). */
 static size_t
@@ -256,7 +241,7 @@ read_proc_comm(struct xmp_stack_proc *p)
 static void
 capture_one(struct xmp_stack_proc *p, int64_t deadline_ns)
 {
-    Dwfl_Callbacks callbacks = {.find_debuginfo = find_debuginfo}; /* dwfl's, until dwfl_end */
+    Dwfl_Callbacks callbacks = {0}; /* dwfl's, until dwfl_end */
     Dwfl *dwfl = NULL;
     bool *seized = NULL, *stopped = NULL;
     size_t n_seized = 0;
@@ -282,7 +267,12 @@ capture_one(struct xmp_stack_proc *p, int64_t deadline_ns)
         snprintf(p->error, sizeof(p->error), "no thread could be stopped to read its stack");
         goto out;
     }
-    callbacks.find_elf = dwfl_linux_proc_find_elf; /* libdw's, loaded now */
+    /* libdw's, loaded now. Separate debug info by build id on this machine only
+     * (/usr/lib/debug/.build-id, where -dbgsym packages put it): the standard lookup falls back
+     * to debuginfod, which loads libcurl and its TLS stack into xmprun (about 30 libraries, twice
+     * a capture's time) even with no server set, and would download within a 1 s budget. */
+    callbacks.find_elf = dwfl_linux_proc_find_elf;
+    callbacks.find_debuginfo = dwfl_build_id_find_debuginfo;
     dwfl = dwfl_begin(&callbacks);
     if (dwfl == NULL || dwfl_linux_proc_report(dwfl, p->pid) != 0 ||
         dwfl_report_end(dwfl, NULL, NULL) != 0 || dwfl_linux_proc_attach(dwfl, p->pid, true) != 0) {

@@ -16,6 +16,7 @@
 #define XMP_DW_FUNCS(X)                                                                            \
     X(dwfl_addrmodule)                                                                             \
     X(dwfl_begin)                                                                                  \
+    X(dwfl_build_id_find_debuginfo)                                                                \
     X(dwfl_end)                                                                                    \
     X(dwfl_errmsg)                                                                                 \
     X(dwfl_frame_pc)                                                                               \
@@ -28,12 +29,12 @@
     X(dwfl_module_getsym_info)                                                                     \
     X(dwfl_module_getsymtab)                                                                       \
     X(dwfl_module_info)                                                                            \
-    X(dwfl_report_end)                                                                             \
-    X(dwfl_standard_find_debuginfo)
+    X(dwfl_report_end)
 #define XMP_DW_DECLARE(f) extern __typeof__(f) *xmp_dw_##f;
 XMP_DW_FUNCS(XMP_DW_DECLARE)
 #define dwfl_addrmodule              xmp_dw_dwfl_addrmodule
 #define dwfl_begin                   xmp_dw_dwfl_begin
+#define dwfl_build_id_find_debuginfo xmp_dw_dwfl_build_id_find_debuginfo
 #define dwfl_end                     xmp_dw_dwfl_end
 #define dwfl_errmsg                  xmp_dw_dwfl_errmsg
 #define dwfl_frame_pc                xmp_dw_dwfl_frame_pc
@@ -47,7 +48,6 @@ XMP_DW_FUNCS(XMP_DW_DECLARE)
 #define dwfl_module_getsymtab        xmp_dw_dwfl_module_getsymtab
 #define dwfl_module_info             xmp_dw_dwfl_module_info
 #define dwfl_report_end              xmp_dw_dwfl_report_end
-#define dwfl_standard_find_debuginfo xmp_dw_dwfl_standard_find_debuginfo
 
 /* Loads libdw once (any thread); false, with why in err, when it cannot be. */
 bool xmp_stacks_dw_load(char *err, size_t size);

@@ -190,6 +190,9 @@ Test(stacks, stacks_command_reads_a_running_job_that_goes_on, .timeout = 120)
                         " 2>> short.err\n"
                         "  echo $? >> short.rc\n"
                         "done\n"
+                        /* The libraries a capture loads (the dynamic loader's own account). */
+                        "env -u DEBUGINFOD_URLS LD_DEBUG=files \"$XMPRUN\" stacks stacks-live"
+                        " > /dev/null 2> libs.txt\n"
                         "XMPRUN_STACKS_TIMEOUT=soon \"$XMPRUN\" stacks stacks-live 2> bad.err\n"
                         "echo $? > bad.rc\n"
                         "\"$XMPRUN\" stacks stacks-live > stacks.txt 2> stacks.err\n"
@@ -207,6 +210,12 @@ Test(stacks, stacks_command_reads_a_running_job_that_goes_on, .timeout = 120)
                   strlen(short_rc) == 2 * 17,
               "xmprun stacks within 2 to 100 ms: %s\n%s", short_rc, short_err);
     cr_assert(strstr(short_out, "ms budget") != NULL, "%s", short_out);
+    /* libdw, and no debuginfod client: it would bring libcurl and its TLS stack into xmprun
+     * (about 30 libraries, a download within the budget) even with no server set. */
+    char *libs = xt_read_file(e2e_path(&e, "libs.txt"));
+    cr_assert(libs != NULL && strstr(libs, "file=libdw.so.1") != NULL, "%s", libs);
+    cr_assert(strstr(libs, "libdebuginfod") == NULL && strstr(libs, "libcurl") == NULL, "%s", libs);
+    free(libs);
     char *bad_rc = xt_read_file(e2e_path(&e, "bad.rc"));
     char *bad_err = xt_read_file(e2e_path(&e, "bad.err"));
     cr_assert(bad_rc != NULL && strcmp(bad_rc, "2\n") == 0 &&
