@@ -435,9 +435,5 @@ main(int argc, char **argv)
     }
     free(cli.sets);
     free(cli.args);
-    if (xmp_stacks_running()) {
-        fflush(NULL);
-        _exit(status);
-    }
     return status;
 }

@@ -323,19 +323,6 @@ struct job {
 };
 
 static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Capture threads not yet ended, those given up on included (under shared_lock). */
-static size_t live;
-
-bool
-xmp_stacks_running(void)
-{
-    bool running;
-
-    pthread_mutex_lock(&shared_lock);
-    running = live > 0;
-    pthread_mutex_unlock(&shared_lock);
-    return running;
-}
 
 static void *
 run_job(void *arg)
@@ -356,9 +343,6 @@ run_job(void *arg)
         xmp_stack_proc_free(&j->proc);
         free(j);
     }
-    pthread_mutex_lock(&shared_lock);
-    live--;
-    pthread_mutex_unlock(&shared_lock);
     return NULL;
 }
 
@@ -403,13 +387,7 @@ xmp_stacks_capture(const pid_t *pids, size_t n, long budget_ms, struct xmp_stack
                                 .n_done = &n_done};
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_mutex_lock(&shared_lock);
-        live++;
-        pthread_mutex_unlock(&shared_lock);
         if (pthread_create(&th, &attr, run_job, jobs[i]) != 0) {
-            pthread_mutex_lock(&shared_lock);
-            live--;
-            pthread_mutex_unlock(&shared_lock);
             free(jobs[i]);
             jobs[i] = NULL;
         } else {

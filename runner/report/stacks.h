@@ -56,14 +56,12 @@ struct xmp_stacks {
 };
 
 /* Captures the n processes in parallel and returns within about budget_ms (what did not finish
- * in time is marked truncated, never waited for). A process that is gone or exits meanwhile is
+ * in time is marked truncated, never waited for: its thread ends its current step and frees what
+ * it holds, or the process exits under it, which is safe because a capture loads only libdw and
+ * what libdw links, none with exit handlers; never debuginfod's client, whose libcurl and OpenSSL
+ * handlers crashed an exit under a capture). A process that is gone or exits meanwhile is
  * reported with an error. Returns 0, or -1 with errno (ENOMEM) and nothing captured. */
 int xmp_stacks_capture(const pid_t *pids, size_t n, long budget_ms, struct xmp_stacks *out);
-
-/* Whether a capture thread still runs: one given up on at its deadline goes on until its
- * current step ends. The process must not run its exit handlers under it (the libraries libdw
- * loads, OpenSSL's among them, free what it may be using): main leaves with _exit then. */
-bool xmp_stacks_running(void);
 
 /* Moves procs[i] out of s (the caller frees it with xmp_stack_proc_free and free). */
 struct xmp_stack_proc *xmp_stacks_take(struct xmp_stacks *s, size_t i);
