@@ -283,6 +283,7 @@ child_start(int status_fd, int gate_fd)
         .keep_fds = keep,
         .n_keep_fds = 1,
         .close_fds = true,
+        .oom_first = true,
     };
 
     size_t first_task = (z.hdr.flags & XMP_ZW_STDIN) ? 5 : 4;

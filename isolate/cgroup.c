@@ -129,15 +129,12 @@ explain_access(struct xmp_error *err, int e, const char *dir)
         xmp_error_set(err, 0,
                       "cannot create cgroups: the cgroup filesystem is mounted read-only (in a "
                       "container: run with --cgroupns=private and a writable /sys/fs/cgroup, or "
-                      "--privileged; or set isolation.cgroups: optional)");
+                      "--privileged)");
     else if (e == EACCES || e == EPERM) {
         /* A long path keeps only its end, marked as cut, so that the advice fits in the message
          * even with a prefix. */
         size_t len = strlen(dir);
-        xmp_error_set(err, 0,
-                      "cannot create cgroups in `%s%s`: not root and not delegated (ask for a "
-                      "delegated cgroup: systemd-run --user -p Delegate=yes --scope ..., or set "
-                      "isolation.cgroups: optional)",
+        xmp_error_set(err, 0, "cannot create cgroups in `%s%s`: not root and not delegated",
                       len > 64 ? "..." : "", len > 64 ? dir + len - 61 : dir);
     } else
         return xmp_error_set(err, e, "cannot create cgroups in `%s`", dir);

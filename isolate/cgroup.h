@@ -199,6 +199,12 @@ bool xmp_cgroup_oom_site(const struct xmp_cgroup *cg, const struct xmp_cgroup_oo
 bool xmp_cgroup_enclosing_limit(const struct xmp_cgroup *job, int64_t *limit, char *path,
                                 size_t size);
 
+/* xmprun's own cgroup, observed and never written: where no job cgroup can be made (a read-only
+ * cgroupfs, a user without delegation), the OOM attribution and the enclosing limit above work
+ * on it as on a job's, with the enclosing levels alone in its chain. Released with
+ * xmp_cgroup_abandon, never destroyed (it is not xmprun's to remove). */
+int xmp_cgroup_observe(enum xmp_cgroup_mode mode, struct xmp_cgroup **out, struct xmp_error *err);
+
 /* The job cgroup's path in each hierarchy it has a directory in, as /proc/self/cgroup shows it
  * (so that an admin finds it from the host): hier is the hierarchy's controllers as
  * /proc/self/cgroup lists them ("memory", "cpu,cpuacct"), or "unified" for cgroup2. Returns

@@ -376,3 +376,22 @@ xmp_cgroup_owner_kind(const char *path)
         return "systemd unit";
     return "cgroup";
 }
+
+int
+xmp_cgroup_observe(enum xmp_cgroup_mode mode, struct xmp_cgroup **out, struct xmp_error *err)
+{
+    struct xmp_cg_layout *layout = calloc(1, sizeof(*layout));
+    struct xmp_cgroup *cg = NULL;
+
+    if (layout == NULL)
+        return xmp_error_set(err, ENOMEM, "cgroup layout");
+    if (xmp_cg_load_layout(mode, layout, err) < 0 ||
+        xmp_cg_new_cgroup(layout, NULL, "", &cg, err) < 0) {
+        free(layout);
+        return xmp_error_wrap(err, "own cgroup");
+    }
+    /* It owns no directory (own is 0): its chain is the enclosing levels alone. */
+    cg->owns_layout = true;
+    *out = cg;
+    return 0;
+}

@@ -699,6 +699,8 @@ xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *c
         if (xmp_spec_env_reserved(spec->env[i].name))
             return xmp_error_set(err, 0, "env: %s is set by xmprun and may not be set in a spec",
                                  spec->env[i].name);
+    plan.slurm_step = xmp_plan_getenv(envp, "SLURM_JOB_ID") != NULL &&
+                      xmp_plan_getenv(envp, "SLURM_STEP_ID") != NULL;
     if (xmp_plan_check_one_per_node(envp, err) < 0)
         return -1;
     if (resolve_kind(spec, host, envp, &vis, &n_vis, why, sizeof(why), &plan.kind, err) < 0)

@@ -31,6 +31,9 @@ struct xmp_plan {
     char *job_id;      /* "<pid>-<6 hex>": the pid of the xmprun that owns the job */
     char *cgroup_name; /* "xmprun-<name>-<id>" */
     enum xmp_device_kind kind;
+    /* xmprun runs in a Slurm step (SLURM_JOB_ID and SLURM_STEP_ID): its cgroups are the step's,
+     * which root owns and which the job must not leave. */
+    bool slurm_step;
     int world_size;
     int local_world_size;
     int nnodes;

@@ -66,6 +66,8 @@ xmp_worker_state_name(enum xmp_worker_state state)
         return "hung";
     case XMP_WORKER_UNKILLABLE:
         return "unkillable";
+    case XMP_WORKER_MEMORY_LIMIT:
+        return "memory_limit";
     }
     return "exited";
 }
@@ -78,6 +80,7 @@ xmp_worker_failed(const struct xmp_worker_report *w)
         return w->exit_code != 0;
     case XMP_WORKER_SIGNALED:
     case XMP_WORKER_OOM_KILLED:
+    case XMP_WORKER_MEMORY_LIMIT:
     case XMP_WORKER_FAILED_TO_START:
     case XMP_WORKER_HUNG:
         return true;
@@ -277,6 +280,28 @@ gpu_fault_first(const struct xmp_worker_report *w, struct xmp_report *r)
 }
 
 /* How w ended, in words, for who ("worker 3 (cuda:3)", "the zygote"). */
+/* "worker 1 (cpu) was stopped by xmprun at its 128.0 MiB memory limit (it used 290.0 MiB;
+ * measured every 100 ms: no writable cgroup here)"; at the job's, "(the job used X, this
+ * worker Y; ...)". */
+static void
+describe_over_memory(const struct xmp_worker_report *w, const char *who, char *buf, size_t size)
+{
+    char limit[32], used[32], job[64] = "";
+    bool of_job = w->memory_over != NULL && strcmp(w->memory_over, "job") == 0;
+
+    xmp_format_bytes(of_job ? w->job_memory_limit : w->memory_limit, limit, sizeof(limit));
+    xmp_format_bytes(w->memory_used, used, sizeof(used));
+    if (of_job) {
+        strcpy(job, "the job used ");
+        xmp_format_bytes(w->memory_job_used, job + 13, sizeof(job) - 13);
+    }
+    snprintf(buf, size,
+             "%s was stopped by xmprun at %s %s memory limit (%s%s %s; measured every %" PRId64
+             " ms: no writable cgroup here)",
+             who, of_job ? "the job's" : "its", limit, job, of_job ? ", this worker" : "it used",
+             used, w->memory_period_ms);
+}
+
 static void
 describe(const struct xmp_worker_report *w, const char *who, char *buf, size_t size)
 {
@@ -317,6 +342,9 @@ describe(const struct xmp_worker_report *w, const char *who, char *buf, size_t s
                      peak);
         else
             snprintf(buf, size, "%s was killed by the kernel OOM killer%s%s", who, at_limit, after);
+        return;
+    case XMP_WORKER_MEMORY_LIMIT:
+        describe_over_memory(w, who, buf, size);
         return;
     case XMP_WORKER_SIGNALED:
     case XMP_WORKER_STOPPED_BY_XMPRUN:
@@ -495,6 +523,7 @@ xmp_worker_exit_status(const struct xmp_worker_report *w)
 {
     switch (w->state) {
     case XMP_WORKER_OOM_KILLED:
+    case XMP_WORKER_MEMORY_LIMIT:
         return 128 + SIGKILL;
     case XMP_WORKER_HUNG:
         /* A hang is a timeout of its own (on_failure.hang_timeout), whatever signal ended it. */
@@ -693,7 +722,11 @@ xmp_report_print_summary(const struct xmp_report *r, FILE *out)
             snprintf(exit_s, sizeof(exit_s), "%d", w->exit_code);
         else
             snprintf(exit_s, sizeof(exit_s), "-");
-        if (w->memory_peak >= 0)
+        /* "~": the largest of the watchdog's samples, not a cgroup's exact high watermark. */
+        if (w->memory_peak >= 0 && w->memory_sampled) {
+            peak[0] = '~';
+            xmp_format_bytes(w->memory_peak, peak + 1, sizeof(peak) - 1);
+        } else if (w->memory_peak >= 0)
             xmp_format_bytes(w->memory_peak, peak, sizeof(peak));
         else
             snprintf(peak, sizeof(peak), "-");

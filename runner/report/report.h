@@ -31,8 +31,9 @@ enum xmp_worker_state {
     XMP_WORKER_STOPPED_BY_XMPRUN,
     XMP_WORKER_TIMEOUT,
     XMP_WORKER_FAILED_TO_START,
-    XMP_WORKER_HUNG,       /* stopped by the hang watchdog (on_failure.hang_timeout) */
-    XMP_WORKER_UNKILLABLE, /* still there after SIGKILL and XMP_UNKILLABLE_MS: left behind */
+    XMP_WORKER_HUNG,         /* stopped by the hang watchdog (on_failure.hang_timeout) */
+    XMP_WORKER_UNKILLABLE,   /* still there after SIGKILL and XMP_UNKILLABLE_MS: left behind */
+    XMP_WORKER_MEMORY_LIMIT, /* stopped by xmprun's memory watchdog at its (or the job's) limit */
 };
 
 /* How long a worker may take to die after SIGKILL before xmprun reports it unkillable (D state:
@@ -79,7 +80,17 @@ struct xmp_worker_report {
     const char *oom_at;
     int64_t oom_limit;
     char oom_path[512];
-    bool oom_unseen;        /* oom_at is NULL although the chain was read: no visible limit fired */
+    bool oom_unseen; /* oom_at is NULL although the chain was read: no visible limit fired */
+    /* Measured by xmprun's memory watchdog (no writable cgroup): memory_peak is the largest of
+     * its samples, taken every memory_period_ms; memory_over says which limit it was stopped
+     * at ("worker", "job"; NULL: none), with its measure then and, for the job's, the job's sum.
+     * memory_unmeasured says why its memory could not be measured ("" when it could). */
+    bool memory_sampled;
+    int64_t memory_period_ms;
+    const char *memory_over;
+    int64_t memory_used;
+    int64_t memory_job_used;
+    char memory_unmeasured[256];
     int64_t pids_limit;     /* resources.worker.pids, -1: null */
     int64_t job_pids_limit; /* resources.job.pids, -1: none */
     int64_t pids_hits;      /* forks refused by a pids limit, -1: null */
@@ -161,6 +172,14 @@ struct xmp_report {
     char cgroup_scope[256];     /* the systemd scope; "" is written as null */
     char cgroup_path[512];      /* "" is written as null */
     char cgroup_note[1024];     /* "" is written as null */
+    /* How each limit the spec sets is enforced (the report's enforcement): the limit's spec
+     * key, "cgroup", "watchdog", "affinity" or "none", and why where it is not by a cgroup. */
+    struct xmp_report_enforcement {
+        const char *limit;
+        const char *by;
+        char why[256];
+    } enforcement[10];
+    size_t n_enforcement;
     /* cgroup.paths: the job cgroup in each hierarchy, as /proc/self/cgroup shows it. */
     struct xmp_report_cgroup_path {
         char hier[32];

@@ -142,11 +142,22 @@ worker_json(const struct xmp_worker_report *w)
     json_object_set_new(o, "state", json_string(xmp_worker_state_name(w->state)));
     json_object_set_new(o, "exit_code", int_or_null(w->exit_code));
     json_object_set_new(o, "signal", w->signal > 0 ? json_string(sig) : json_null());
-    json_object_set_new(
-        o, "memory",
+    json_t *memory =
         json_pack("{s:o, s:o, s:o, s:o}", "limit_bytes", int_or_null(w->memory_limit), "peak_bytes",
                   int_or_null(w->memory_peak), "oom_kills", int_or_null(w->oom_kills), "oom_at",
-                  w->oom_at != NULL ? json_string(w->oom_at) : json_null()));
+                  w->oom_at != NULL ? json_string(w->oom_at) : json_null());
+    if (w->memory_sampled || w->memory_unmeasured[0] != '\0') {
+        /* The watchdog's measure, not a cgroup's: how often, what it found, and why not. */
+        json_object_set_new(memory, "measured", json_string("samples"));
+        json_object_set_new(memory, "sample_period_ms", json_integer(w->memory_period_ms));
+        json_object_set_new(memory, "stopped_at",
+                            w->memory_over != NULL ? json_string(w->memory_over) : json_null());
+        if (w->memory_over != NULL)
+            json_object_set_new(memory, "used_bytes", json_integer(w->memory_used));
+        if (w->memory_unmeasured[0] != '\0')
+            json_object_set_new(memory, "not_measured", utf8_json(w->memory_unmeasured));
+    }
+    json_object_set_new(o, "memory", memory);
     json_object_set_new(o, "pids",
                         json_pack("{s:o, s:o}", "limit", int_or_null(w->pids_limit), "hits",
                                   int_or_null(w->pids_hits)));
@@ -253,6 +264,14 @@ xmp_report_to_json(const struct xmp_report *r)
                                   str_or_null(r->cgroup_manager), "scope",
                                   str_or_null(r->cgroup_scope), "path", str_or_null(r->cgroup_path),
                                   "note", str_or_null(r->cgroup_note), "paths", paths));
+    json_t *enforcement = json_object();
+    for (size_t i = 0; i < r->n_enforcement; i++) {
+        const struct xmp_report_enforcement *e = &r->enforcement[i];
+        json_object_set_new(enforcement, e->limit,
+                            json_pack("{s:s, s:o}", "by", e->by, "why",
+                                      e->why[0] != '\0' ? utf8_json(e->why) : json_null()));
+    }
+    json_object_set_new(o, "enforcement", enforcement);
     json_object_set_new(o, "root_cause",
                         cause_json(r->cause, r->cause_rank, r->cause_reason, r->cause_message));
     json_object_set_new(o, "restarts", json_integer(r->restarts));

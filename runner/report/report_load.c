@@ -59,7 +59,7 @@ parse_outcome(const char *name, enum xmp_outcome *out)
 static enum xmp_worker_state
 parse_state(const char *name)
 {
-    for (int s = XMP_WORKER_EXITED; s <= XMP_WORKER_UNKILLABLE; s++)
+    for (int s = XMP_WORKER_EXITED; s <= XMP_WORKER_MEMORY_LIMIT; s++)
         if (name != NULL && strcmp(name, xmp_worker_state_name((enum xmp_worker_state)s)) == 0)
             return (enum xmp_worker_state)s;
     return XMP_WORKER_RUNNING; /* printed as "running": the report did not say */

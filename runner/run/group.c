@@ -394,6 +394,9 @@ dispatch(struct xmp_supervisor *sv, const struct epoll_event *ev)
     case XMP_EV_KMSG:
         xmp_grp_kmsg_read(sv);
         return;
+    case XMP_EV_MEMWATCH:
+        xmp_grp_memwatch_sample(sv);
+        return;
     case XMP_EV_GPUMEM:
         xmp_grp_gpumem_sample(sv);
         return;
@@ -417,9 +420,11 @@ prepare_run(struct xmp_supervisor *sv)
         rep->devices = (const char *const *)pw->devices;
         snprintf(rep->cpuset, sizeof(rep->cpuset), "%s", pw->cpuset);
         rep->exit_code = -1;
-        rep->memory_limit = w->cg != NULL && pw->limits.memory > 0 ? pw->limits.memory : -1;
+        /* A limit is reported where it is enforced: by the worker's cgroup or the watchdog. */
+        bool limited = w->cg != NULL || sv->memwatch;
+        rep->memory_limit = limited && pw->limits.memory > 0 ? pw->limits.memory : -1;
         rep->job_memory_limit =
-            w->cg != NULL && sv->plan.job_limits.memory > 0 ? sv->plan.job_limits.memory : -1;
+            limited && sv->plan.job_limits.memory > 0 ? sv->plan.job_limits.memory : -1;
         rep->memory_peak = rep->oom_kills = rep->oom_limit = rep->pids_hits = -1;
         rep->pids_limit = w->cg != NULL && pw->limits.pids > 0 ? pw->limits.pids : -1;
         rep->job_pids_limit =
@@ -427,6 +432,7 @@ prepare_run(struct xmp_supervisor *sv)
         w->rep = rep;
         w->pid = 0;
         w->pidfd = -1;
+        w->mem_over = false;
         w->spawned = (struct xmp_spawned){.pidfd = -1, .status_fd = -1, .gate_fd = -1};
         w->running = w->start_failed = w->stop_sent = false;
         w->out = (struct xmp_stream){.fd = -1, .log_fd = -1};
@@ -596,6 +602,7 @@ xmp_group_run(struct xmp_supervisor *sv)
     xmp_grp_watch_start(sv);
     xmp_grp_kmsg_open(sv);
     xmp_grp_gpumem_open(sv);
+    xmp_grp_memwatch_open(sv);
     for (size_t i = 0; i < sv->n_workers; i++)
         if (!sv->workers[i].running && xmp_worker_failed(sv->workers[i].rep))
             xmp_grp_on_worker_failure(sv);
@@ -607,6 +614,7 @@ xmp_group_run(struct xmp_supervisor *sv)
     sv->status.due = false;
     xmp_status_erase(&sv->status);
     xmp_grp_gpumem_close(sv);
+    xmp_grp_memwatch_close(sv);
 
     /* Whatever a worker left behind in its process group is part of the job and ends with it;
      * the cgroups catch the rest when they are destroyed. */

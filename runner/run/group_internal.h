@@ -74,6 +74,12 @@ void xmp_grp_kmsg_open(struct xmp_supervisor *sv);
 void xmp_grp_kmsg_read(struct xmp_supervisor *sv);
 void xmp_grp_kmsg_close(struct xmp_supervisor *sv);
 
+/* group_memwatch.c: the workers' memory, sampled every XMP_MEMWATCH_PERIOD_MS where no cgroup
+ * of xmprun's limits it (sv->memwatch). */
+void xmp_grp_memwatch_open(struct xmp_supervisor *sv);
+void xmp_grp_memwatch_sample(struct xmp_supervisor *sv);
+void xmp_grp_memwatch_close(struct xmp_supervisor *sv);
+
 /* group_gpumem.c: the device memory each worker's processes use, from NVML, once a second. */
 void xmp_grp_gpumem_open(struct xmp_supervisor *sv);
 void xmp_grp_gpumem_sample(struct xmp_supervisor *sv);

@@ -143,6 +143,8 @@ end_state(const struct xmp_supervisor *sv, const struct xmp_worker *w)
 {
     if (w->start_failed)
         return XMP_WORKER_FAILED_TO_START;
+    if (w->mem_over)
+        return XMP_WORKER_MEMORY_LIMIT;
     if (w->stop_sent && w->hung)
         return XMP_WORKER_HUNG;
     if (w->stop_sent)
@@ -177,6 +179,19 @@ account_worker(struct xmp_supervisor *sv, struct xmp_worker *w)
             snprintf(rep->oom_path, sizeof(rep->oom_path), "%s", site.path);
         } else {
             rep->oom_unseen = true;
+        }
+    }
+    /* Without a cgroup of its own, a SIGKILL that neither xmprun nor its watchdog sent may be
+     * the kernel's OOM killer at an enclosing cgroup's limit (a container's --memory, a Slurm
+     * step's --mem): the counters of xmprun's own cgroup and those above it say. */
+    if (w->cg == NULL && sv->own_cg != NULL && rep->signal == SIGKILL && !w->stop_sent &&
+        !w->mem_over) {
+        struct xmp_cgroup_oom_site site;
+        if (xmp_cgroup_oom_site(sv->own_cg, &w->oom_snap, &site)) {
+            rep->oom_kills = 1;
+            rep->oom_at = "enclosing";
+            rep->oom_limit = site.limit;
+            snprintf(rep->oom_path, sizeof(rep->oom_path), "%s", site.path);
         }
     }
     /* Its cgroup goes with it, while the other workers still run, so that the end of the job

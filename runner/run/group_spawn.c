@@ -101,6 +101,8 @@ xmp_grp_spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t ind
     /* Every run has new cgroups (a restart makes them again), so all they count is this run's. */
     if (w->cg != NULL)
         xmp_cgroup_oom_snapshot(w->cg, &w->oom_snap);
+    else if (sv->own_cg != NULL)
+        xmp_cgroup_oom_snapshot(sv->own_cg, &w->oom_snap);
 
     struct xmp_spawn_args args = {
         .path = w->path,
@@ -115,6 +117,7 @@ xmp_grp_spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_t ind
         .cg = w->cg,
         .sigmask = &sv->old_mask,
         .inherited_nofile = sv->have_inherited_nofile ? &sv->inherited_nofile : NULL,
+        .oom_first = true,
     };
     if ((sv->fork_mode ? xmp_zygote_fork_worker(sv, &args, w, &sp, &err)
                        : xmp_spawn(&args, &sp, &err)) < 0)

@@ -232,6 +232,15 @@ xmp_spawn_child_setup(const struct xmp_spawn_args *a, struct xmp_error *err)
         return xmp_error_set(err, errno, "sched_setaffinity");
     if (restore_inherited_nofile(a, err) < 0)
         return -1;
+    if (a->oom_first) {
+        int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        bool ok = fd >= 0 && write(fd, "1000", 4) == 4;
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        if (!ok)
+            return xmp_error_set(err, e, "write /proc/self/oom_score_adj");
+    }
     int fds[3] = {a->stdin_fd, a->stdout_fd, a->stderr_fd};
     for (int target = 0; target <= 2; target++) {
         int fd = fds[target];
@@ -453,7 +462,8 @@ xmp_spawn_start(struct xmp_spawned *sp, const struct xmp_cgroup *cg, enum xmp_cg
 
     if (gate < 0)
         return 0;
-    if (!joined && xmp_cgroup_attach(cg, sp->pid, sp->in_unified, err) < 0) {
+    /* Without cgroups (none could be made here) there is nothing to join. */
+    if (!joined && cg != NULL && xmp_cgroup_attach(cg, sp->pid, sp->in_unified, err) < 0) {
         /* Closing the gate unwritten tells the child to give up; the SIGKILL makes sure. */
         kill(sp->pid, SIGKILL);
         return xmp_error_wrap(err, "join cgroup `%s`", xmp_cgroup_path(cg));

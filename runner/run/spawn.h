@@ -31,6 +31,10 @@ struct xmp_spawn_args {
     const int *keep_fds;                   /* passed on to the worker (the zygote's socket) */
     size_t n_keep_fds;
     bool close_fds; /* close every other fd from 3 up (no exec follows); else set CLOEXEC */
+    /* A worker: its oom_score_adj goes to the maximum (any process may raise its own), so that
+     * an OOM kill at an enclosing limit (a container's, a Slurm step's) takes a worker, never
+     * xmprun, whose report would be lost, nor the zygote, which holds every worker's preload. */
+    bool oom_first;
 };
 
 struct xmp_spawned {

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #endif
 #include "runner/run/state.h"
+#include "runner/util/proc.h"
 
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
@@ -71,35 +72,6 @@ prepare_dir(const char *dir, bool create, struct xmp_error *err)
                              "write; remove it, or set XMPRUN_STATE_DIR",
                              dir, (unsigned)geteuid());
     return 0;
-}
-
-int
-xmp_proc_start_time(pid_t pid, unsigned long long *out)
-{
-    char path[64], buf[1024];
-    cleanup_close int fd = -1;
-    ssize_t n;
-    char *p;
-
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    n = read(fd, buf, sizeof(buf) - 1);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    /* The command name (field 2) may contain spaces and parentheses: count from the last ')'. */
-    p = strrchr(buf, ')');
-    if (p == NULL)
-        return -1;
-    p++;
-    for (int field = 3; field < 22; field++) {
-        p = strchr(p + 1, ' ');
-        if (p == NULL)
-            return -1;
-    }
-    return sscanf(p, " %llu", out) == 1 ? 0 : -1;
 }
 
 int

@@ -15,10 +15,6 @@
  * before use). The result is either in environ or in buf. */
 const char *xmp_state_dir(char *const *environ, char *buf, size_t size);
 
-/* Field 22 of /proc/<pid>/stat (clock ticks since boot): with the pid, it names a process
- * uniquely, so a recycled pid is not mistaken for the owner. */
-int xmp_proc_start_time(pid_t pid, unsigned long long *out);
-
 /* A worker the state file names: its pid and start time (xmp_proc_start_time's; 0 when the
  * caller does not know it, and it is read from /proc). */
 struct xmp_state_proc {

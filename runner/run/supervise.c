@@ -461,6 +461,7 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
         .timerfd = -1,
         .kmsg_fd = -1,
         .gpumem_fd = -1,
+        .memwatch_fd = -1,
         .stdin_fd = -1,
         .status = {.fd = -1, .timerfd = -1},
         .fork_mode = spec->start == XMP_START_FORK,
@@ -531,6 +532,7 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
     if (xmp_sv_setup_cgroups(&sv, &err) < 0)
         goto setup_failed;
     sv.report.cgroup_mode = xmp_cgroup_mode_name(sv.mode);
+    xmp_sv_record_enforcement(&sv);
     if (spec->timeout_ms > 0)
         sv.deadline_ns = sv.report.started_mono_ns + spec->timeout_ms * 1000000;
 

@@ -33,15 +33,19 @@ enum xmp_ev_kind {
     XMP_EV_PIDFD,
     XMP_EV_STDOUT,
     XMP_EV_STDERR,
-    XMP_EV_CONSOLE, /* index 0: xmprun's stdout, 1: its stderr, writable again */
-    XMP_EV_EXEC,    /* a worker's exec-status pipe */
-    XMP_EV_ZYGOTE,  /* the zygote's pidfd (start: fork) */
-    XMP_EV_ZSOCK,   /* the zygote's socket, until it says it is ready */
-    XMP_EV_STATUS,  /* the status line's 1 s timer */
-    XMP_EV_KMSG,    /* the kernel's log, for the GPUs' Xid events */
-    XMP_EV_GPUMEM,  /* the 1 s timer of the GPU memory samples */
-    XMP_EV_ZSTDERR, /* the zygote's stderr pipe */
+    XMP_EV_CONSOLE,  /* index 0: xmprun's stdout, 1: its stderr, writable again */
+    XMP_EV_EXEC,     /* a worker's exec-status pipe */
+    XMP_EV_ZYGOTE,   /* the zygote's pidfd (start: fork) */
+    XMP_EV_ZSOCK,    /* the zygote's socket, until it says it is ready */
+    XMP_EV_STATUS,   /* the status line's 1 s timer */
+    XMP_EV_KMSG,     /* the kernel's log, for the GPUs' Xid events */
+    XMP_EV_GPUMEM,   /* the 1 s timer of the GPU memory samples */
+    XMP_EV_ZSTDERR,  /* the zygote's stderr pipe */
+    XMP_EV_MEMWATCH, /* the memory watchdog's timer (no writable cgroup) */
 };
+
+/* How often the memory watchdog samples the workers' memory (group_memwatch.c). */
+#define XMP_MEMWATCH_PERIOD_MS 100
 
 enum xmp_stop_reason {
     XMP_STOP_NONE = 0,
@@ -66,6 +70,7 @@ struct xmp_worker {
     bool stop_sent;             /* xmprun asked it to stop */
     bool hung;                  /* the hang watchdog stopped the job for it */
     bool unkillable;            /* SIGKILL did not end it: left behind, unreaped */
+    bool mem_over;              /* the memory watchdog stopped it at a memory limit */
     /* The hang watchdog (group_watch.c): its last output (as the pipes saw it), the earliest
      * its CPU time can have last grown (the check before the one that saw it grow), and the CPU
      * time that check read (-1: none yet). */
@@ -121,7 +126,14 @@ struct xmp_supervisor {
     int sigfd;
     int kmsg_fd;   /* /dev/kmsg (below XMPRUN_HOST_ROOT in tests) while GPU workers run, or -1 */
     int gpumem_fd; /* the GPU memory samples' timer while GPU workers run, or -1 */
-    struct xmp_nvml *nvml; /* loaded at the first sample, kept to the end; NULL */
+    /* isolation.cgroups: auto where no cgroup can be written: the workers' memory is measured
+     * and limited by xmprun's samples (memwatch, its timer memwatch_fd while workers run, or
+     * -1), and xmprun's own cgroup is observed (own_cg) to name an enclosing limit that fired. */
+    bool memwatch;
+    int memwatch_fd;
+    struct xmp_cgroup *own_cg;
+    char no_cgroup_why[256]; /* why no cgroup could be written here, in words */
+    struct xmp_nvml *nvml;   /* loaded at the first sample, kept to the end; NULL */
     bool nvml_tried;
     int timerfd;
     int stdin_fd; /* /dev/null when xmprun's stdin is a terminal, else -1 (inherit) */
@@ -169,6 +181,9 @@ int xmp_sv_setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err);
 int xmp_sv_create_worker_cgroups(struct xmp_supervisor *sv, struct xmp_error *err);
 void xmp_sv_destroy_worker_cgroups(struct xmp_supervisor *sv);
 void xmp_sv_destroy_cgroups(struct xmp_supervisor *sv);
+/* The report's enforcement (how each limit the spec sets is kept), said once on stderr where
+ * no cgroup keeps them. */
+void xmp_sv_record_enforcement(struct xmp_supervisor *sv);
 
 static inline int64_t
 xmp_now_ns(void)

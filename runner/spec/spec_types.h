@@ -20,7 +20,15 @@ enum xmp_device_kind {
 
 enum xmp_cpuset_mode { XMP_CPUSET_AUTO = 0, XMP_CPUSET_NONE, XMP_CPUSET_LIST };
 enum xmp_start_mode { XMP_START_EXEC = 0, XMP_START_FORK };
-enum xmp_cgroups_policy { XMP_CGROUPS_REQUIRED = 0, XMP_CGROUPS_OPTIONAL, XMP_CGROUPS_OFF };
+/* isolation.cgroups. auto: a cgroup per worker where xmprun can make one; where the place is known
+ * to give it none (a read-only cgroupfs, a user without delegation, a Slurm step), the job runs
+ * and each limit is enforced by the best means at hand (memory by xmprun's watchdog). */
+enum xmp_cgroups_policy {
+    XMP_CGROUPS_AUTO = 0,
+    XMP_CGROUPS_REQUIRED,
+    XMP_CGROUPS_OPTIONAL,
+    XMP_CGROUPS_OFF,
+};
 enum xmp_seccomp_mode {
     XMP_SECCOMP_DEFAULT = 0,
     XMP_SECCOMP_STRICT,

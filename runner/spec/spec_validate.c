@@ -137,7 +137,7 @@ xmp_spec_env_reserved(const char *name)
 
 static const char *const kind_names[] = {"auto", "cuda", "tpu", "cpu"};
 static const char *const start_names[] = {"exec", "fork"};
-static const char *const cgroups_names[] = {"required", "optional", "off"};
+static const char *const cgroups_names[] = {"auto", "required", "optional", "off"};
 static const char *const cgroup_manager_names[] = {"auto", "cgroupfs", "systemd"};
 static const char *const action_names[] = {"kill-all", "continue"};
 static const char *const console_names[] = {"prefix", "raw", "rank0", "none"};
@@ -503,8 +503,8 @@ check_isolation(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *
         return;
     if (v[I_CGROUPS] && xmp_check_enum(c, v[I_CGROUPS], "isolation.cgroups", cgroups_names,
                                        COUNT(cgroups_names), &idx))
-        s->cgroups = (enum xmp_cgroups_policy[]){XMP_CGROUPS_REQUIRED, XMP_CGROUPS_OPTIONAL,
-                                                 XMP_CGROUPS_OFF}[idx];
+        s->cgroups = (enum xmp_cgroups_policy[]){XMP_CGROUPS_AUTO, XMP_CGROUPS_REQUIRED,
+                                                 XMP_CGROUPS_OPTIONAL, XMP_CGROUPS_OFF}[idx];
     if (v[I_CGROUP_MANAGER] &&
         xmp_check_enum(c, v[I_CGROUP_MANAGER], "isolation.cgroup_manager", cgroup_manager_names,
                        COUNT(cgroup_manager_names), &idx))
@@ -628,7 +628,7 @@ set_defaults(struct xmp_spec *s)
     s->job_memory = -1;
     s->shared_memory = -1;
     s->start = XMP_START_EXEC;
-    s->cgroups = XMP_CGROUPS_REQUIRED;
+    s->cgroups = XMP_CGROUPS_AUTO;
     s->cgroup_manager = XMP_CGROUP_MANAGER_AUTO;
     s->seccomp = XMP_SECCOMP_DEFAULT;
     s->no_new_privs = true;

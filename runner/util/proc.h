@@ -2,9 +2,14 @@
 #ifndef XMP_PROC_H
 #define XMP_PROC_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 /* The parent of pid (/proc/PID/stat: "pid (comm) S ppid ..."), or -1 when it cannot be read. */
 pid_t xmp_proc_parent(pid_t pid);
+
+/* Field 22 of /proc/<pid>/stat (clock ticks since boot) into *out, or -1 when it cannot be
+ * read: with the pid, it names a process uniquely, so a recycled pid is not mistaken for it. */
+int xmp_proc_start_time(pid_t pid, unsigned long long *out);
 
 #endif

@@ -49,11 +49,38 @@ Test(cgroup_policy, required_refuses_read_only_cgroupfs, .timeout = 120)
     cr_assert_eq(json_array_size(json_object_get(e.rep, "workers")), 0);
     const char *msg = e2e_str(json_object_get(e.rep, "root_cause"), "message");
     cr_assert_not_null(strstr(msg, "read-only"), "%s", msg);
-    cr_assert_not_null(strstr(msg, "isolation.cgroups: optional"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "isolation.cgroups: auto"), "%s", msg);
     cr_assert_not_null(strstr(e.r.err, "read-only"), "stderr:\n%s", e.r.err);
     /* Nothing was started. */
     char *ran = xt_read_file(e2e_path(&e, "ran"));
     cr_assert_null(ran);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* The default (auto) in a read-only cgroupfs, as root in a default Docker or Kubernetes
+ * container: the job runs, its memory limit kept by xmprun's watchdog, and says so. */
+Test(cgroup_policy, auto_runs_with_the_watchdog_where_the_cgroupfs_is_read_only, .timeout = 120)
+{
+    struct e2e e;
+    if (!can_unshare())
+        cr_skip_test("needs root and unshare -m");
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: rocg\n"
+                 "workers: 1\n"
+                 "devices: {kind: cpu}\n"
+                 "command: ['%1$s', alloc, '200', '30']\n"
+                 "resources: {worker: {memory: 64Mi}}\n");
+    cr_assert_eq(run_readonly(&e), 137, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    const char *msg = e2e_str(json_object_get(e.rep, "root_cause"), "message");
+    cr_assert_not_null(strstr(msg, "was stopped by xmprun at its 64.0 MiB memory limit"), "%s",
+                       msg);
+    cr_assert_not_null(strstr(e.r.err, "the cgroup filesystem is mounted read-only"), "%s",
+                       e.r.err);
+    json_t *mem = json_object_get(json_object_get(e.rep, "enforcement"), "resources.worker.memory");
+    cr_assert_str_eq(e2e_str(mem, "by"), "watchdog");
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }

@@ -412,3 +412,30 @@ Test(report, oom_without_a_visible_limit)
                      "namespace, ran out of memory)");
     xmp_report_release(&r);
 }
+
+/* The memory watchdog's stop, at the worker's own limit and at the job's: 137, and the words. */
+Test(report, memory_watchdog_stops_are_named_with_the_limit)
+{
+    struct xmp_report r;
+    init_report(&r);
+    struct xmp_worker_report *w = add_worker(&r, XMP_WORKER_MEMORY_LIMIT, -1, SIGKILL, 10);
+    w->memory_limit = 128 << 20;
+    w->memory_over = "worker";
+    w->memory_used = 290 << 20;
+    w->memory_period_ms = 100;
+    xmp_report_finish(&r);
+    cr_assert_eq(r.exit_code, 137);
+    cr_assert_str_eq(r.cause_reason, "memory_limit");
+    cr_assert_str_eq(r.cause_message,
+                     "worker 0 (cpu) was stopped by xmprun at its 128.0 MiB memory limit (it used "
+                     "290.0 MiB; measured every 100 ms: no writable cgroup here)");
+    w->memory_over = "job";
+    w->job_memory_limit = 1LL << 30;
+    w->memory_job_used = 1200LL << 20;
+    xmp_report_finish(&r);
+    cr_assert_str_eq(r.cause_message,
+                     "worker 0 (cpu) was stopped by xmprun at the job's 1.0 GiB memory limit (the "
+                     "job used 1.2 GiB, this worker 290.0 MiB; measured every 100 ms: no writable "
+                     "cgroup here)");
+    xmp_report_release(&r);
+}

@@ -195,11 +195,11 @@ BAD(resources_typo, BASE "resources:\n  workers: {}\n", 5, 3,
 /* start, isolation, on_failure, timeout, logs, report, distributed */
 BAD(start_spawn, BASE "start: spawn\n", 4, 8, "start: expected one of exec, fork, got \"spawn\"")
 BAD(cgroups_maybe, BASE "isolation: {cgroups: maybe}\n", 4, 22,
-    "isolation.cgroups: expected one of required, optional, off, got \"maybe\"")
+    "isolation.cgroups: expected one of auto, required, optional, off, got \"maybe\"")
 BAD(cgroup_manager_bad, BASE "isolation: {cgroup_manager: docker}\n", 4, 29,
     "isolation.cgroup_manager: expected one of auto, cgroupfs, systemd, got \"docker\"")
 BAD(cgroups_false, BASE "isolation: {cgroups: false}\n", 4, 22,
-    "isolation.cgroups: expected one of required, optional, off, got \"false\" (did you mean "
+    "isolation.cgroups: expected one of auto, required, optional, off, got \"false\" (did you mean "
     "\"off\"?)")
 BAD(seccomp_false, BASE "isolation: {seccomp: false}\n", 4, 22,
     "isolation.seccomp: expected default, strict, off or a profile path, got \"false\" (did you "
@@ -497,7 +497,7 @@ Test(good, defaults)
     cr_expect_eq(s.job_memory, -1);
     cr_expect_eq(s.shared_memory, -1);
     cr_expect_eq(s.start, XMP_START_EXEC);
-    cr_expect_eq(s.cgroups, XMP_CGROUPS_REQUIRED);
+    cr_expect_eq(s.cgroups, XMP_CGROUPS_AUTO);
     cr_expect_eq(s.cgroup_manager, XMP_CGROUP_MANAGER_AUTO);
     cr_expect_eq(s.seccomp, XMP_SECCOMP_DEFAULT);
     cr_expect_null(s.seccomp_profile);

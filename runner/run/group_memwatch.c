@@ -1,0 +1,314 @@
+/* One run of the worker group: xmprun's memory watchdog, where no cgroup of xmprun's limits the
+ * workers (isolation.cgroups: auto in a read-only cgroupfs, as a user without delegation, in a
+ * Slurm step). Every XMP_MEMWATCH_PERIOD_MS it measures each running worker's process tree and
+ * the job's sum, keeps each worker's largest sample as its peak, and stops a worker over its
+ * limit (or the largest worker of a job over resources.job.memory) with SIGKILL to every process
+ * of its tree, each through a pidfd opened after its start time was checked again: never a
+ * process outside the job, even after a pid was reused. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "runner/run/group_internal.h"
+#include "runner/util/proc.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+/* The processes of one worker's tree that one sample follows; more are neither measured nor
+ * killed (a worker that forks that many is named in its not_measured note). */
+#define TREE_MAX 1024
+
+struct tree {
+    pid_t pid[TREE_MAX];
+    unsigned long long start[TREE_MAX]; /* 0: not known */
+    size_t n;
+    bool cut; /* the tree had more than TREE_MAX processes */
+};
+
+void
+xmp_grp_memwatch_open(struct xmp_supervisor *sv)
+{
+    struct itimerspec its = {
+        .it_value = {0, XMP_MEMWATCH_PERIOD_MS * 1000000L},
+        .it_interval = {0, XMP_MEMWATCH_PERIOD_MS * 1000000L},
+    };
+
+    if (!sv->memwatch || sv->memwatch_fd >= 0)
+        return;
+    sv->memwatch_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    if (sv->memwatch_fd < 0)
+        return;
+    if (timerfd_settime(sv->memwatch_fd, 0, &its, NULL) < 0 ||
+        xmp_grp_ep_ctl(sv, EPOLL_CTL_ADD, sv->memwatch_fd, EPOLLIN, XMP_EV_MEMWATCH, 0) < 0) {
+        close(sv->memwatch_fd);
+        sv->memwatch_fd = -1;
+    }
+}
+
+void
+xmp_grp_memwatch_close(struct xmp_supervisor *sv)
+{
+    if (sv->memwatch_fd < 0)
+        return;
+    epoll_ctl(sv->epfd, EPOLL_CTL_DEL, sv->memwatch_fd, NULL);
+    close(sv->memwatch_fd);
+    sv->memwatch_fd = -1;
+}
+
+/* Reads a small /proc file whole into buf; -1 with errno when it cannot be read. */
+static ssize_t
+read_proc(const char *path, char *buf, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n;
+
+    if (fd < 0)
+        return -1;
+    do
+        n = read(fd, buf, size - 1);
+    while (n < 0 && errno == EINTR);
+    int e = errno;
+    close(fd);
+    errno = e;
+    if (n >= 0)
+        buf[n] = '\0';
+    return n;
+}
+
+/* The value in kB of "Key:   123 kB" in text, in bytes, or 0 when the key is not there. */
+static int64_t
+kb_field(const char *text, const char *key)
+{
+    const char *p = strstr(text, key);
+
+    return p != NULL ? (int64_t)strtoll(p + strlen(key), NULL, 10) * 1024 : 0;
+}
+
+/* One process's measure: exec mode its resident anonymous memory (/proc/PID/status RssAnon, a
+ * counter the kernel keeps: no page-table walk); start: fork the pages it alone maps
+ * (smaps_rollup Private_Clean + Private_Dirty), so that the zygote's preload that it shares is
+ * not charged to it. *threads gets its thread count. -1 with errno when it cannot be read. */
+static int64_t
+measure(pid_t pid, bool private_only, long *threads)
+{
+    char path[64], buf[4096];
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    if (read_proc(path, buf, sizeof(buf)) < 0)
+        return -1;
+    const char *t = strstr(buf, "\nThreads:");
+    *threads = t != NULL ? strtol(t + 9, NULL, 10) : 1;
+    if (!private_only)
+        return kb_field(buf, "\nRssAnon:");
+    snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
+    if (read_proc(path, buf, sizeof(buf)) < 0)
+        return -1;
+    /* A process that is exiting has no mm left: an empty file, nothing to charge. */
+    return kb_field(buf, "\nPrivate_Clean:") + kb_field(buf, "\nPrivate_Dirty:");
+}
+
+static bool
+tree_has(const struct tree *t, pid_t pid)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->pid[i] == pid)
+            return true;
+    return false;
+}
+
+static void
+tree_add(struct tree *t, pid_t pid)
+{
+    if (pid <= 0 || tree_has(t, pid))
+        return;
+    if (t->n == TREE_MAX) {
+        t->cut = true;
+        return;
+    }
+    t->pid[t->n++] = pid;
+}
+
+/* Adds the pids of one /proc/.../children file. */
+static void
+add_children_file(struct tree *t, const char *path)
+{
+    char buf[8192];
+
+    if (read_proc(path, buf, sizeof(buf)) <= 0)
+        return;
+    for (char *p = buf, *end; *p != '\0'; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        tree_add(t, (pid_t)v);
+    }
+}
+
+/* The children of pid: those of its main thread, and with more threads those of each (a child
+ * is listed under the thread that forked it). */
+static void
+add_children(struct tree *t, pid_t pid, long threads)
+{
+    char path[96];
+
+    if (threads <= 1) {
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+        add_children_file(t, path);
+        return;
+    }
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/task/%.16s/children", (int)pid, e->d_name);
+        add_children_file(t, path);
+    }
+    closedir(d);
+}
+
+/* xmprun is a subreaper: a process of the worker's whose parent exited is now xmprun's child,
+ * still in the worker's process group (unless it left it with setsid, which takes it out of
+ * the worker's tree for the watchdog too, as for the stop). */
+static void
+add_orphans(const struct xmp_supervisor *sv, struct tree *t, pid_t worker)
+{
+    struct tree mine = {.n = 0};
+    char path[96];
+
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)getpid(), (int)getpid());
+    add_children_file(&mine, path);
+    for (size_t i = 0; i < mine.n; i++) {
+        bool known = mine.pid[i] == sv->zy.pid;
+        for (size_t k = 0; k < sv->n_workers && !known; k++)
+            known = sv->workers[k].pid == mine.pid[i];
+        if (!known && getpgid(mine.pid[i]) == worker)
+            tree_add(t, mine.pid[i]);
+    }
+}
+
+/* One worker's sample: its tree (t) and their measure. *unreadable gets errno of a process
+ * whose /proc could not be read (non-dumpable, hidepid), with its pid in *which. */
+static int64_t
+sample_worker(const struct xmp_supervisor *sv, const struct xmp_worker *w, struct tree *t,
+              int *unreadable, pid_t *which)
+{
+    int64_t sum = 0;
+
+    t->n = 0;
+    t->cut = false;
+    *unreadable = 0;
+    tree_add(t, w->pid);
+    if (!sv->fork_mode)
+        add_orphans(sv, t, w->pid);
+    for (size_t i = 0; i < t->n; i++) {
+        long threads = 1;
+        int64_t m = measure(t->pid[i], sv->fork_mode, &threads);
+        if (xmp_proc_start_time(t->pid[i], &t->start[i]) < 0)
+            t->start[i] = 0;
+        if (m < 0) {
+            /* Gone since it was listed: nothing to count. Unreadable: say so, never a 0. */
+            if ((errno == EACCES || errno == EPERM) && *unreadable == 0) {
+                *unreadable = errno;
+                *which = t->pid[i];
+            }
+            continue;
+        }
+        sum += m;
+        add_children(t, t->pid[i], threads);
+    }
+    return sum;
+}
+
+/* SIGKILL to every process of the tree that is still the one that was sampled. */
+static void
+kill_tree(const struct tree *t)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        int fd = (int)syscall(SYS_pidfd_open, t->pid[i], 0);
+        if (fd < 0)
+            continue;
+        unsigned long long now = 0;
+        if (t->start[i] != 0 && xmp_proc_start_time(t->pid[i], &now) == 0 && now == t->start[i])
+            syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
+        close(fd);
+    }
+}
+
+static void
+stop_worker(struct xmp_worker *w, const struct tree *t, const char *limit, int64_t used,
+            int64_t job_used)
+{
+    struct xmp_worker_report *rep = w->rep;
+
+    w->mem_over = true;
+    rep->memory_over = limit;
+    rep->memory_used = used;
+    rep->memory_job_used = job_used;
+    /* The rest of the job follows from its reap, as for any failure. */
+    kill_tree(t);
+}
+
+void
+xmp_grp_memwatch_sample(struct xmp_supervisor *sv)
+{
+    struct tree trees[2]; /* the current worker's, and the largest one's so far */
+    uint64_t expirations;
+    int64_t job = 0, largest = -1;
+    struct xmp_worker *big = NULL;
+
+    if (read(sv->memwatch_fd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
+        return;
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        struct xmp_worker *w = &sv->workers[i];
+        struct xmp_worker_report *rep = w->rep;
+        struct tree *t = &trees[0];
+        int unreadable = 0;
+        pid_t which = 0;
+
+        if (!w->running || w->pid <= 0 || w->mem_over)
+            continue;
+        int64_t m = sample_worker(sv, w, t, &unreadable, &which);
+        rep->memory_sampled = true;
+        rep->memory_period_ms = XMP_MEMWATCH_PERIOD_MS;
+        if (unreadable != 0 && rep->memory_unmeasured[0] == '\0') {
+            snprintf(rep->memory_unmeasured, sizeof(rep->memory_unmeasured),
+                     "/proc/%d could not be read (%s: a non-dumpable process, or /proc mounted "
+                     "with hidepid): its memory limit is not enforced",
+                     (int)which, strerror(unreadable));
+            if (!xmp_quiet(sv))
+                fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank,
+                        rep->memory_unmeasured);
+        }
+        if (rep->memory_unmeasured[0] != '\0')
+            continue;
+        if (m > rep->memory_peak)
+            rep->memory_peak = m;
+        job += m;
+        if (w->pw->limits.memory > 0 && m > w->pw->limits.memory) {
+            stop_worker(w, t, "worker", m, -1);
+            continue;
+        }
+        if (m > largest) {
+            largest = m;
+            big = w;
+            /* Its tree, for a stop at the job's limit. */
+            trees[1].n = t->n;
+            memcpy(trees[1].pid, t->pid, t->n * sizeof(t->pid[0]));
+            memcpy(trees[1].start, t->start, t->n * sizeof(t->start[0]));
+        }
+    }
+    if (big != NULL && sv->plan.job_limits.memory > 0 && job > sv->plan.job_limits.memory)
+        stop_worker(big, &trees[1], "job", largest, job);
+}

@@ -1,0 +1,238 @@
+/* End to end: the default spec (isolation.cgroups: auto) where xmprun may write no cgroup, run
+ * as the people who use it: a regular user without delegation, and uid 0 in a user namespace
+ * (rootless Podman, Apptainer's fakeroot). The job runs; a worker over its memory limit is
+ * stopped by xmprun's watchdog with that limit named and exit status 137; every worker's peak
+ * is in the report, from the samples; a worker within its own limit that takes an enclosing
+ * cgroup over its limit is named at that limit; required refuses with advice that fits. */
+#include "e2e/e2e.h"
+#include "e2e/fork.h"
+
+#include <pwd.h>
+#include <sys/stat.h>
+
+#define USER "xmprun-e2e"
+
+/* The regular user the jobs run as (made once, with no home and no delegation), and a test
+ * directory it may write. */
+static uid_t
+regular_user(struct e2e *e)
+{
+    struct xt_result r;
+    char *argv[] = {"/bin/sh", "-c", "id -u " USER " >/dev/null 2>&1 || useradd -M -U " USER, NULL};
+    struct passwd *pw;
+
+    if (geteuid() != 0)
+        cr_skip_test("needs root to run a job as a regular user");
+    cr_assert_eq(xt_run(&r, argv, NULL, NULL, 30), 0);
+    cr_assert_eq(r.status, 0, "useradd: %s", r.err);
+    xt_result_free(&r);
+    pw = getpwnam(USER);
+    cr_assert_not_null(pw);
+    cr_assert_eq(chmod(e->dir, 0777), 0);
+    return pw->pw_uid;
+}
+
+/* Runs xmprun on job.yaml as the regular user, through `wrap` (a command prefix, or ""). */
+static int
+run_as_user(struct e2e *e, uid_t uid, const char *wrap)
+{
+    char script[1024];
+
+    snprintf(script, sizeof(script),
+             "exec setpriv --reuid=%u --regid=%u --clear-groups %s \"$XMPRUN\" --report "
+             "\"$REPORT\" \"$SPEC\"",
+             (unsigned)uid, (unsigned)getpwuid(uid)->pw_gid, wrap);
+    return e2e_sh(e, 120, script);
+}
+
+static const char *
+enforced_by(const struct e2e *e, const char *limit)
+{
+    json_t *l = json_object_get(json_object_get(e->rep, "enforcement"), limit);
+    cr_assert_not_null(l, "no enforcement of %s in the report", limit);
+    return e2e_str(l, "by");
+}
+
+/* Two workers, 128Mi each; worker 1 allocates 300 MiB and holds it. */
+static void
+over_limit_spec(struct e2e *e)
+{
+    e2e_spec(e, "version: 1\n"
+                "name: overmem\n"
+                "workers: 2\n"
+                "devices: {kind: cpu}\n"
+                "command: 'if [ \"$RANK\" = 1 ]; then exec %1$s alloc 300 60; fi; "
+                "cat /proc/self/oom_score_adj; exec %1$s sleep 60'\n"
+                "resources: {worker: {memory: 128Mi}}\n");
+}
+
+/* What every run over its limit must show: exit 137, worker 1 stopped by the watchdog at its
+ * own limit, named so; both workers' peaks from the samples; the per-limit enforcement. */
+static void
+assert_stopped_by_watchdog(struct e2e *e, const char *why)
+{
+    e2e_load_report(e);
+    json_t *rc = json_object_get(e->rep, "root_cause");
+    const char *msg = e2e_str(rc, "message");
+    cr_assert_eq(json_integer_value(json_object_get(rc, "rank")), 1, "%s", msg);
+    cr_assert_str_eq(e2e_str(rc, "reason"), "memory_limit");
+    cr_assert_not_null(strstr(msg, "worker 1 (cpu) was stopped by xmprun at its 128.0 MiB memory "
+                                   "limit (it used "),
+                       "%s", msg);
+    cr_assert_not_null(strstr(msg, "measured every 100 ms: no writable cgroup here)"), "%s", msg);
+    json_t *w1 = e2e_worker(e, 1);
+    cr_assert_str_eq(e2e_str(w1, "state"), "memory_limit");
+    cr_assert_str_eq(e2e_str(w1, "signal"), "SIGKILL");
+    json_t *m1 = json_object_get(w1, "memory");
+    cr_assert_str_eq(e2e_str(m1, "stopped_at"), "worker");
+    cr_assert_gt(mem_of(w1, "used_bytes"), 128 << 20);
+    cr_assert_eq(mem_of(w1, "limit_bytes"), 128 << 20);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *w = e2e_worker(e, i);
+        cr_assert_str_eq(e2e_str(json_object_get(w, "memory"), "measured"), "samples");
+        cr_assert(json_is_integer(json_object_get(json_object_get(w, "memory"), "peak_bytes")),
+                  "worker %zu has no peak", i);
+    }
+    cr_assert_gt(mem_of(w1, "peak_bytes"), 128 << 20);
+    cr_assert_lt(mem_of(e2e_worker(e, 0), "peak_bytes"), 16 << 20);
+    cr_assert_str_eq(enforced_by(e, "resources.worker.memory"), "watchdog");
+    cr_assert_str_eq(enforced_by(e, "resources.worker.cpuset"), "affinity");
+    cr_assert_str_eq(e2e_str(json_object_get(e->rep, "cgroup"), "mode"), "none");
+    /* The kernel's OOM killer at an enclosing limit takes a worker first, never xmprun. */
+    cr_assert_not_null(strstr(e->r.out, "[0] 1000\n"), "stdout:\n%s", e->r.out);
+    cr_assert_not_null(strstr(e->r.err, "xmprun: note: no cgroup per worker here ("), "%s",
+                       e->r.err);
+    cr_assert_not_null(strstr(e->r.err, why), "stderr does not say \"%s\":\n%s", why, e->r.err);
+}
+
+Test(unprivileged, regular_user_default_spec_stops_a_worker_over_its_limit, .timeout = 180)
+{
+    struct e2e e;
+    e2e_init(&e);
+    uid_t uid = regular_user(&e);
+    over_limit_spec(&e);
+    cr_assert_eq(run_as_user(&e, uid, ""), 137, "stderr:\n%s", e.r.err);
+    assert_stopped_by_watchdog(&e, "xmprun is not root and has no delegated cgroup");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* Rootless Podman's and Apptainer's fakeroot: uid 0, but in a user namespace of a regular
+ * user, with no rights over the host's cgroups. */
+Test(unprivileged, root_in_a_user_namespace_runs_with_the_watchdog, .timeout = 180)
+{
+    struct e2e e;
+    e2e_init(&e);
+    uid_t uid = regular_user(&e);
+    over_limit_spec(&e);
+    cr_assert_eq(run_as_user(&e, uid, "unshare --user --map-root-user"), 137, "stderr:\n%s",
+                 e.r.err);
+    assert_stopped_by_watchdog(&e, "uid 0 in a user namespace");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(unprivileged, required_refuses_with_advice_that_fits, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    uid_t uid = regular_user(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: needcg\n"
+                 "workers: 1\n"
+                 "devices: {kind: cpu}\n"
+                 "command: ['%1$s', pidfile, '%2$s/ran']\n"
+                 "resources: {worker: {memory: 64Mi}}\n"
+                 "isolation: {cgroups: required}\n");
+    cr_assert_eq(run_as_user(&e, uid, ""), 125, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    const char *msg = e2e_str(json_object_get(e.rep, "root_cause"), "message");
+    cr_assert_not_null(strstr(msg, "not root and not delegated"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "set isolation.cgroups: auto"), "%s", msg);
+    /* A host without systemd has no user manager to ask. */
+    if (access("/run/systemd/system", F_OK) != 0)
+        cr_assert_null(strstr(msg, "systemd-run"), "%s", msg);
+    cr_assert_null(xt_read_file(e2e_path(&e, "ran")), "a worker ran");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* start: fork as a regular user: the workers read the zygote's 256 MiB preload, which is not
+ * charged to them (each stays far below its 128Mi), and the one that allocates 300 MiB of its
+ * own is stopped at its own limit. */
+Test(unprivileged, fork_workers_are_not_charged_for_the_preload, .timeout = 300)
+{
+    struct e2e e;
+    e2e_init(&e);
+    uid_t uid = regular_user(&e);
+    if (access(PY, X_OK) != 0)
+        cr_skip_test(PY " is not installed");
+    fork_spec(&e, "share --preload 256 --alloc-rank 2 --alloc 300",
+              "workers: 4\nresources: {worker: {memory: 128Mi}}\n");
+    cr_assert_eq(run_as_user(&e, uid, ""), 137, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *rc = json_object_get(e.rep, "root_cause");
+    cr_assert_eq(json_integer_value(json_object_get(rc, "rank")), 2, "%s", e2e_str(rc, "message"));
+    cr_assert_str_eq(e2e_str(rc, "reason"), "memory_limit");
+    for (size_t i = 0; i < 4; i++) {
+        json_t *w = e2e_worker(&e, i);
+        if (i == 2)
+            continue;
+        cr_assert_neq(strcmp(e2e_str(w, "state"), "memory_limit"), 0, "worker %zu stopped", i);
+        cr_assert_lt(mem_of(w, "peak_bytes"), 64 << 20, "worker %zu peak %lld", i,
+                     (long long)mem_of(w, "peak_bytes"));
+    }
+    assert_zygote_gone(&e);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* A worker within its own 1Gi that takes the cgroup xmprun runs in over that cgroup's 96Mi (a
+ * container's --memory, a Slurm step's --mem) is killed by the kernel there, and that limit is
+ * named: xmprun reads the enclosing cgroups it may not write. */
+Test(unprivileged, enclosing_limit_is_named_without_a_cgroup_of_our_own, .timeout = 180)
+{
+    struct e2e e;
+    char script[2048];
+    e2e_init(&e);
+    uid_t uid = regular_user(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: userencl\n"
+                 "workers: 1\n"
+                 "devices: {kind: cpu}\n"
+                 "command: ['%1$s', alloc, '512']\n"
+                 "resources: {worker: {memory: 1Gi}}\n");
+    snprintf(script, sizeof(script),
+             "if [ -f /sys/fs/cgroup/cgroup.controllers ]; then V2=1\n"
+             "  OWN=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)\n"
+             "else V2=0\n"
+             "  OWN=/sys/fs/cgroup/memory$(grep -E '^[0-9]+:([^:]*,)?memory(,[^:]*)?:' "
+             "/proc/self/cgroup | cut -d: -f3)\n"
+             "fi\n"
+             "E=${OWN%%/}/xmp-uencl-$$\n"
+             "mkdir \"$E\" || exit 90\n"
+             "if [ $V2 = 1 ]; then echo 100663296 > \"$E/memory.max\"; echo 0 > "
+             "\"$E/memory.swap.max\"\n"
+             "else echo 100663296 > \"$E/memory.limit_in_bytes\"; fi || exit 91\n"
+             "sh -c 'echo $$ > \"$1/cgroup.procs\" || exit 92; exec setpriv --reuid=%u "
+             "--regid=%u --clear-groups \"$XMPRUN\" --report \"$REPORT\" \"$SPEC\"' sh \"$E\"\n"
+             "rc=$?\n"
+             "rmdir \"$E\" || { echo LEFT >&2; exit 99; }\n"
+             "exit $rc\n",
+             (unsigned)uid, (unsigned)getpwuid(uid)->pw_gid);
+    cr_assert_eq(e2e_sh(&e, 120, script), 137, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *rc = json_object_get(e.rep, "root_cause");
+    const char *msg = e2e_str(rc, "message");
+    cr_assert_str_eq(e2e_str(rc, "reason"), "oom_killed", "%s", msg);
+    cr_assert_not_null(strstr(msg, "worker 0 (cpu) was killed by the kernel OOM killer at the "
+                                   "enclosing cgroup's 96.0 MiB limit (cgroup "),
+                       "%s", msg);
+    cr_assert_not_null(strstr(msg, "/xmp-uencl-"), "%s", msg);
+    cr_assert_str_eq(e2e_str(json_object_get(e2e_worker(&e, 0), "memory"), "oom_at"), "enclosing");
+    /* Said before the job ran: its 1Gi can never be reached there. */
+    cr_assert_not_null(strstr(e.r.err, "larger than the enclosing cgroup's 96.0 MiB limit"), "%s",
+                       e.r.err);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
