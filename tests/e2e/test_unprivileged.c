@@ -53,7 +53,8 @@ enforced_by(const struct e2e *e, const char *limit)
     return e2e_str(l, "by");
 }
 
-/* Two workers, 128Mi each; worker 1 allocates 300 MiB and holds it. */
+/* Two workers, 128Mi each; worker 1 allocates 300 MiB and holds it; worker 0 prints its
+ * oom_score_adj. */
 static void
 over_limit_spec(struct e2e *e)
 {
@@ -61,8 +62,10 @@ over_limit_spec(struct e2e *e)
                 "name: overmem\n"
                 "workers: 2\n"
                 "devices: {kind: cpu}\n"
-                "command: 'if [ \"$RANK\" = 1 ]; then exec %1$s alloc 300 60; fi; "
-                "cat /proc/self/oom_score_adj; exec %1$s sleep 60'\n"
+                /* Worker 1 waits for worker 0's line, which a stop could otherwise cut. */
+                "command: 'if [ \"$RANK\" = 1 ]; then while [ ! -e %2$s/r0 ]; do sleep 0.05; "
+                "done; exec %1$s alloc 300 60; fi; cat /proc/self/oom_score_adj; touch %2$s/r0; "
+                "exec %1$s sleep 60'\n"
                 "resources: {worker: {memory: 128Mi}}\n");
 }
 
