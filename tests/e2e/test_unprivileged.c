@@ -12,6 +12,24 @@
 
 #define USER "xmprun-e2e"
 
+/* Lets others search every directory above path (o+x, nothing more), so that the regular user
+ * can run the binaries of a build below a private directory (the mutation check's 0700 copy,
+ * a checkout in /root), as a user's own install would let it. */
+static void
+reachable(const char *path)
+{
+    char *dir = strdup(path);
+    struct stat st;
+
+    for (char *slash = strrchr(dir, '/'); slash != NULL && slash != dir;
+         slash = strrchr(dir, '/')) {
+        *slash = '\0';
+        if (stat(dir, &st) == 0 && !(st.st_mode & S_IXOTH))
+            cr_assert_eq(chmod(dir, (st.st_mode & 07777) | S_IXOTH), 0, "chmod o+x %s", dir);
+    }
+    free(dir);
+}
+
 /* The regular user the jobs run as (made once, with no home and no delegation), and a test
  * directory it may write. */
 static uid_t
@@ -29,6 +47,10 @@ regular_user(struct e2e *e)
     pw = getpwnam(USER);
     cr_assert_not_null(pw);
     cr_assert_eq(chmod(e->dir, 0777), 0);
+    reachable(xt_bin());
+    reachable(xt_probe());
+    reachable(xt_source_dir());
+    reachable(e->dir);
     return pw->pw_uid;
 }
 
