@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 void
@@ -210,10 +211,27 @@ in_slurm_step(const struct xmp_supervisor *sv)
  * the kernel's root (a regular user without delegation, a Slurm step, uid 0 in a user
  * namespace). Then isolation.cgroups: auto runs the job with what is at hand. NULL for any
  * other failure (root whose write fails), which refuses as required does. */
+static bool
+read_only(const struct xmp_error *err)
+{
+    static const char *const mounts[] = {"/sys/fs/cgroup", "/sys/fs/cgroup/memory",
+                                         "/sys/fs/cgroup/unified"};
+    struct statvfs fs;
+
+    if (err->errnum == EROFS)
+        return true;
+    /* A user's access() is refused (EACCES) before the mount's read-only flag is looked at. */
+    for (size_t i = 0; i < sizeof(mounts) / sizeof(mounts[0]); i++)
+        if ((err->errnum == EACCES || err->errnum == EPERM) && statvfs(mounts[i], &fs) == 0 &&
+            (fs.f_flag & ST_RDONLY))
+            return true;
+    return false;
+}
+
 static const char *
 known_unwritable(const struct xmp_supervisor *sv, const struct xmp_error *err)
 {
-    if (err->errnum == EROFS)
+    if (read_only(err))
         return "the cgroup filesystem is mounted read-only (as in a default Docker or "
                "Kubernetes container)";
     if (err->errnum != EACCES && err->errnum != EPERM && err->errnum != ENODEV)
@@ -236,8 +254,12 @@ advice(const struct xmp_supervisor *sv, const struct xmp_error *err)
         return "ask the cluster's admins to enable xmprun's Slurm plugin (spank_xmprun.so) and "
                "run with srun --xmprun-cgroups; or set isolation.cgroups: auto to run with "
                "xmprun's memory watchdog";
-    if (err->errnum == EROFS)
-        return "set isolation.cgroups: auto to run with xmprun's memory watchdog";
+    if (err->errnum == EROFS) /* the cgroup layer's message says what a container needs */
+        return "or set isolation.cgroups: auto to run with xmprun's memory watchdog";
+    if (read_only(err))
+        return "in a container, run it with a writable cgroupfs (--cgroupns=private and a "
+               "writable /sys/fs/cgroup, or --privileged); or set isolation.cgroups: auto to run "
+               "with xmprun's memory watchdog";
     if (!xmp_priv_initial_userns())
         return "run xmprun in a cgroup delegated to the namespace's owner (systemd-run --user -p "
                "Delegate=yes --scope ...); or set isolation.cgroups: auto to run with xmprun's "
