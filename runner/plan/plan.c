@@ -547,7 +547,8 @@ device_rules(const struct xmp_host *host, const struct xmp_plan *plan, struct xm
     bool ok = true;
 
     w->limits.has_devices = true;
-    xmp_devices_add_defaults(r);
+    if (!xmp_devices_add_defaults(r))
+        return xmp_error_set(err, ENOMEM, "isolation.devices");
     if (plan->kind == XMP_DEVICE_CUDA) {
         shared = host->gpu_shared;
         n_shared = host->n_gpu_shared;
@@ -756,6 +757,7 @@ xmp_plan_free(struct xmp_plan *plan)
     for (size_t i = 0; i < plan->n_workers; i++) {
         struct xmp_plan_worker *w = &plan->workers[i];
         xmp_strv_free(w->devices);
+        xmp_devices_free(&w->limits.devices);
         for (size_t e = 0; e < w->env_len; e++) {
             free(w->env[e].name);
             free(w->env[e].value);
