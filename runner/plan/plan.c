@@ -627,7 +627,7 @@ fill_worker(const struct xmp_spec *spec, const struct xmp_host *host, struct xmp
         w->limits.cpus = *cpus;
         xmp_cpulist_format(cpus, w->cpuset, sizeof(w->cpuset));
     }
-    if (spec->devices && device_rules(host, plan, w, sel, per, i, err) < 0)
+    if (spec->devices != XMP_DEVICES_OFF && device_rules(host, plan, w, sel, per, i, err) < 0)
         return -1;
     w->argv = strv_dup(spec->command);
     if (w->argv == NULL)
