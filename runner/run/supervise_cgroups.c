@@ -192,6 +192,22 @@ check_device_filter(struct xmp_supervisor *sv, struct xmp_error *err)
     return 0;
 }
 
+/* isolation.devices: worker hides each worker's GPU from the others, which is what NCCL needs
+ * to see for CUDA IPC between the ranks (NVIDIA/nccl#1066): it then falls back to PCIe or
+ * shared memory without a word. Said once, where it costs something: more than one cuda worker
+ * on this node, behind a filter that is really there. */
+static void
+note_worker_filter(struct xmp_supervisor *sv)
+{
+    if (sv->spec->devices != XMP_DEVICES_WORKER || sv->plan.kind != XMP_DEVICE_CUDA ||
+        sv->n_workers < 2 || sv->no_device_filter || xmp_quiet(sv))
+        return;
+    fprintf(stderr, "xmprun: note: isolation.devices: worker hides each worker's GPU from the "
+                    "others, so NCCL cannot use CUDA IPC (P2P over NVLink) between them and falls "
+                    "back to PCIe or shared memory; isolation.devices: job (the default) filters "
+                    "per job and keeps it\n");
+}
+
 /* isolation.cgroups: required refuses to run without cgroups, optional warns once and runs
  * without limits (saying so in the report), off does not try. */
 int
@@ -241,5 +257,6 @@ xmp_sv_setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
         sv->report.n_cgroup_paths = n;
     }
     warn_enclosing_limit(sv);
+    note_worker_filter(sv);
     return 0;
 }
