@@ -326,6 +326,31 @@ write_devices(struct xmp_cgroup *cg, const char *dir, const struct xmp_dev_rules
     return judge_denied(cg, h->proc, &denied, err);
 }
 
+/* Hybrid: the worker's filter is a BPF program in the cgroup2 tree, which nothing above it
+ * composes with, but the v1 devices cgroup xmprun runs in (a Slurm step's under
+ * ConstrainDevices, a container's device rules) still refuses at open what it does not hold: a
+ * job on a GPU it denies would start and fail later inside CUDA. So its list is composed with
+ * the worker's rules as on v1, before the program is attached: a GPU of the job that it denies
+ * is a setup error, another node a note. A list in default-allow mode reads "a *:* rwm" whatever
+ * it denies (on v1 the kernel's EPERM at each write tells those; here nothing is written), so
+ * it is taken at its word. */
+static int
+check_enclosing_devices(struct xmp_cgroup *cg, const struct xmp_dev_rules *want,
+                        struct xmp_error *err)
+{
+    int i = hier_of(cg->layout, XMP_CG_DEVICES);
+    cleanup_dev_rules struct xmp_dev_rules allow = {0};
+    cleanup_dev_rules struct xmp_dev_rules denied = {0};
+    char own[XMP_CG_PATH];
+
+    if (i < 0)
+        return 0; /* no v1 devices hierarchy: nothing encloses the job there */
+    xmp_cg_own_dir(&cg->layout->h[i], own, sizeof(own));
+    if (compose_enclosing(own, cg->layout->h[i].proc, want, &allow, &denied, err) < 0)
+        return -1;
+    return judge_denied(cg, cg->layout->h[i].proc, &denied, err);
+}
+
 static int
 v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_error *err)
 {
@@ -378,7 +403,8 @@ v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
          * is mounted beside it, and the worker is in its tracking directory from its clone3
          * on. That spares the worker a directory and a join in one more v1 hierarchy. */
         if (limits->has_devices &&
-            xmp_devices_attach_bpf(cg->dirfd, &limits->devices, &lay->dev_prog, err) < 0)
+            (check_enclosing_devices(cg, &limits->devices, err) < 0 ||
+             xmp_devices_attach_bpf(cg->dirfd, &limits->devices, &lay->dev_prog, err) < 0))
             goto fail;
     }
     return 0;

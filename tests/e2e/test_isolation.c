@@ -615,6 +615,117 @@ Test(isolation, device_filter_composes_with_an_enclosing_v1_devices_cgroup, .tim
     e2e_fini(&e);
 }
 
+/* Runs the test's job with xmprun started in the v1 devices cgroup dir (and the test's own
+ * cgroups elsewhere); then removes dir, which nothing of the job's is left in. */
+static int
+run_in_devices_cgroup(struct e2e *e, const char *dir)
+{
+    char *script = NULL;
+    cr_assert(asprintf(&script,
+                       "echo $$ > %s/cgroup.procs || exit 90; exec \"$XMPRUN\" --report "
+                       "\"$REPORT\" \"$SPEC\"",
+                       dir) > 0);
+    int status = e2e_sh(e, 90, script);
+    free(script);
+    return status;
+}
+
+/* A hybrid host (v1 controllers, the filter a BPF program in the cgroup2 tree) under an enclosing
+ * v1 devices cgroup that holds GPU cuda:1's node (195:0) and the control nodes but not cuda:2's
+ * (/dev/nvidia3), as a Slurm step's under ConstrainDevices or a container's device rules: the
+ * BPF program does not compose with it, yet it refuses at open. A job on cuda:2 is refused up
+ * front (125), naming the device and the cgroup, as on v1; a job on cuda:1 runs, opens its GPU,
+ * and the nodes the cgroup denies that it can do without (nvidia-uvm, the RDMA nodes) are a
+ * note. The test builds that cgroup below its own in the devices hierarchy and removes it. */
+static char devencl[4200];
+
+/* Runs after the test, failed or not: the enclosing cgroup it made goes, whatever is in it. */
+static void
+remove_devencl(void)
+{
+    if (devencl[0] != '\0' && access(devencl, F_OK) == 0)
+        e2e_purge_cgroup_tree(devencl);
+}
+
+Test(isolation, hybrid_refuses_a_gpu_an_enclosing_v1_devices_cgroup_denies, .timeout = 240,
+     .fini = remove_devencl)
+{
+    struct e2e e;
+    char dirs[16][4096], file[4300];
+    char *encl = devencl;
+    if (geteuid() != 0 || access("/sys/fs/cgroup/unified/cgroup.controllers", F_OK) != 0 ||
+        access("/sys/fs/cgroup/devices/devices.list", F_OK) != 0)
+        cr_skip_test("needs root on a hybrid host with the v1 devices controller");
+    size_t n = e2e_own_cgroup_dirs(dirs, 16);
+    for (size_t i = 0; i < n && encl[0] == '\0'; i++)
+        if (strncmp(dirs[i], "/sys/fs/cgroup/devices", 22) == 0)
+            snprintf(encl, sizeof(devencl), "%s/xmp-devencl-%d", dirs[i], (int)getpid());
+    cr_assert_neq(encl[0], '\0', "no devices cgroup of the test's own");
+    e2e_init(&e);
+    char *devdir = make_gpu_nodes(&e);
+    char *root = NULL;
+    cr_assert(asprintf(&root, "%s/hosts/gpu4", xt_fixtures()) > 0);
+    setenv("XMPRUN_HOST_ROOT", root, 1); /* e2e_sh's environment is fixed; xt_run keeps this */
+
+    cr_assert_eq(mkdir(encl, 0755), 0, "mkdir %s: %s", encl, strerror(errno));
+    static const char *const allow[] = {"c 1:3 rwm",  "c 1:5 rwm",    "c 1:7 rwm",   "c 1:8 rwm",
+                                        "c 1:9 rwm",  "c 5:0 rwm",    "c 5:2 rwm",   "c 136:* rwm",
+                                        "c 195:0 rw", "c 195:254 rw", "c 195:255 rw"};
+    free(xt_write_file(encl, "devices.deny", "a"));
+    for (size_t i = 0; i < sizeof(allow) / sizeof(allow[0]); i++)
+        free(xt_write_file(encl, "devices.allow", allow[i]));
+    snprintf(file, sizeof(file), "%s/devices.list", encl);
+    char *list = xt_read_file(file);
+    cr_assert(list != NULL && strstr(list, "c 195:0 rw") != NULL && strstr(list, "a *:*") == NULL,
+              "the enclosing cgroup's list: %s", list ? list : "(none)");
+    free(list);
+    const char *name = strstr(encl, "/xmp-devencl-");
+
+    e2e_spec(&e, "version: 1\n"
+                 "name: dev-hybrid\n"
+                 "devices: {kind: cuda, ids: [2]}\n"
+                 "resources: {worker: {cpuset: none}}\n"
+                 "command: 'cd %2$s/dev && exec %1$s open nvidia3 nvidia0'\n");
+    int status = run_in_devices_cgroup(&e, encl);
+    char want[512];
+    snprintf(want, sizeof(want),
+             "cuda:2 \\(/dev/nvidia3\\) is not allowed by the enclosing devices cgroup "
+             "[^ ]*%s: the job was not given this device",
+             name);
+    cr_expect_eq(status, 125, "stderr:\n%s", e.r.err);
+    cr_expect(matches(e.r.err, want), "stderr:\n%s", e.r.err);
+    cr_expect_null(strstr(e.r.out, "open"), "a worker ran:\n%s", e.r.out);
+    e2e_load_report(&e);
+    cr_expect_str_eq(e2e_str(e.rep, "outcome"), "setup_failed");
+    e2e_assert_clean(&e);
+
+    e2e_spec(&e, "version: 1\n"
+                 "name: dev-hybrid\n"
+                 "devices: {kind: cuda, ids: [1]}\n"
+                 "resources: {worker: {cpuset: none}}\n"
+                 "command: 'cd %2$s/dev && exec %1$s open nvidia0 nvidia3'\n");
+    status = run_in_devices_cgroup(&e, encl);
+    cr_expect_eq(status, 0, "stderr:\n%s", e.r.err);
+    expect_line(&e, "[0] open nvidia0=ENXIO");
+    expect_line(&e, "[0] open nvidia3=EPERM");
+    snprintf(want, sizeof(want),
+             "^xmprun: note: the enclosing devices cgroup [^ ]*%s does not allow /dev/nvidia-uvm, "
+             "/dev/nvidia-uvm-tools, /dev/infiniband/uverbs0, /dev/infiniband/uverbs1, "
+             "/dev/infiniband/rdma_cm, /dev/gdrdrv: left out",
+             name);
+    cr_expect(matches(e.r.err, want), "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cr_expect_str_eq(e2e_str(json_object_get(e.rep, "cgroup"), "mode"), "hybrid");
+    e2e_assert_clean(&e);
+
+    cr_assert_eq(rmdir(encl), 0, "rmdir %s: %s", encl, strerror(errno));
+    unsetenv("XMPRUN_HOST_ROOT");
+    free(root);
+    umount(devdir);
+    free(devdir);
+    e2e_fini(&e);
+}
+
 /* Attaches to the cgroup2 directory dir a device program that refuses 195:2 (the gpu4
  * fixture's cuda:0) and allows the rest, with flags: what a container runtime or a systemd unit
  * above xmprun attaches. */
