@@ -447,7 +447,7 @@ setup_dir(const struct hier *h, const char *parent, const char *dir, int rank)
 static int
 attach_devices(struct floor *fl, const char *dir)
 {
-    struct xmp_dev_rules rules = {0};
+    cleanup_dev_rules struct xmp_dev_rules rules = {0};
     struct xmp_error err = {0};
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 

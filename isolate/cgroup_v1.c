@@ -220,6 +220,67 @@ allow_device(const char *dir, const struct xmp_dev_rule *r, struct xmp_error *er
 
 #define XMP_DEV_MAX_PARENT 256
 
+/* The enclosing devices cgroup's list, read in dir (a new directory starts with its parent's;
+ * xmprun's own one is the enclosing one itself), composed with want into allow and denied. */
+static int
+compose_enclosing(const char *dir, const char *encl, const struct xmp_dev_rules *want,
+                  struct xmp_dev_rules *allow, struct xmp_dev_rules *denied, struct xmp_error *err)
+{
+    cleanup_free struct xmp_dev_rule *parent = NULL;
+    cleanup_free char *list = NULL;
+    int n;
+
+    parent = calloc(XMP_DEV_MAX_PARENT, sizeof(*parent));
+    list = malloc(XMP_DEV_MAX_PARENT * 32);
+    if (parent == NULL || list == NULL)
+        return xmp_error_set(err, ENOMEM, "device filter");
+    if (xmp_cg_read(dir, "devices.list", list, XMP_DEV_MAX_PARENT * 32, err) < 0)
+        return xmp_error_wrap(err, "device filter");
+    if ((n = xmp_devices_parse_list(list, parent, XMP_DEV_MAX_PARENT)) < 0)
+        return xmp_error_set(err, 0,
+                             "device filter: cannot compose with the enclosing devices cgroup %s "
+                             "(its devices.list is too long or not understood)",
+                             encl);
+    if (!xmp_devices_compose(want, parent, (size_t)n, allow, denied))
+        return xmp_error_set(err, ENOMEM, "device filter");
+    return 0;
+}
+
+/* The nodes of the worker's rules that the enclosing devices cgroup encl denies: a node the
+ * worker cannot run without (its GPU, the job's GPUs) is a setup error, before anything starts;
+ * the others are left out of its filter, and cg's note says which. */
+static int
+judge_denied(struct xmp_cgroup *cg, const char *encl, const struct xmp_dev_rules *denied,
+             struct xmp_error *err)
+{
+    char nodes[256] = "";
+
+    for (size_t i = 0; i < denied->n; i++) {
+        const struct xmp_dev_rule *r = &denied->r[i];
+        char what[64];
+        if (r->what[0] != '\0')
+            snprintf(what, sizeof(what), "%s", r->what);
+        else
+            xmp_devices_format(r, what, sizeof(what));
+        if (r->required)
+            return xmp_error_set(err, 0,
+                                 "%s is not allowed by the enclosing devices cgroup %s: the job "
+                                 "was not given this device (under Slurm, the step was not given "
+                                 "this GPU)",
+                                 what, encl);
+        size_t len = strlen(nodes);
+        snprintf(nodes + len, sizeof(nodes) - len, "%s%s", len > 0 ? ", " : "", what);
+    }
+    /* (a truncated note is still a note; testing the result keeps -Wformat-truncation quiet) */
+    if (nodes[0] != '\0' &&
+        snprintf(cg->note, sizeof(cg->note),
+                 "the enclosing devices cgroup %s does not allow %s: left out of the workers' "
+                 "device filter",
+                 encl, nodes) < 0)
+        cg->note[0] = '\0';
+    return 0;
+}
+
 /* The worker's device allowlist in its devices directory dir, composed with the enclosing
  * devices cgroup (a Slurm step's under ConstrainDevices, a container's, a unit's with
  * DevicePolicy=closed): v1 refuses any allow its parent does not hold. The list a new directory
@@ -233,23 +294,12 @@ write_devices(struct xmp_cgroup *cg, const char *dir, const struct xmp_dev_rules
               struct xmp_error *err)
 {
     const struct xmp_cg_hier *h = &cg->layout->h[hier_of(cg->layout, XMP_CG_DEVICES)];
-    cleanup_free struct xmp_dev_rule *parent = NULL;
-    cleanup_free char *list = NULL;
-    struct xmp_dev_rules allow, denied;
-    int n, rc;
+    cleanup_dev_rules struct xmp_dev_rules allow = {0};
+    cleanup_dev_rules struct xmp_dev_rules denied = {0};
+    int rc;
 
-    parent = calloc(XMP_DEV_MAX_PARENT, sizeof(*parent));
-    list = malloc(XMP_DEV_MAX_PARENT * 32);
-    if (parent == NULL || list == NULL)
-        return xmp_error_set(err, ENOMEM, "device filter");
-    if (xmp_cg_read(dir, "devices.list", list, XMP_DEV_MAX_PARENT * 32, err) < 0)
-        return xmp_error_wrap(err, "device filter");
-    if ((n = xmp_devices_parse_list(list, parent, XMP_DEV_MAX_PARENT)) < 0 ||
-        !xmp_devices_compose(want, parent, (size_t)n, &allow, &denied))
-        return xmp_error_set(err, 0,
-                             "device filter: cannot compose with the enclosing devices cgroup %s "
-                             "(its devices.list is too long or not understood)",
-                             h->proc);
+    if (compose_enclosing(dir, h->proc, want, &allow, &denied, err) < 0)
+        return -1;
     /* Deny first: a new v1 devices cgroup starts with its parent's list (usually "a *:* rwm"),
      * and only an empty list turns it into an allowlist. */
     if (xmp_cg_write(dir, "devices.deny", "a", err) < 0)
@@ -262,8 +312,8 @@ write_devices(struct xmp_cgroup *cg, const char *dir, const struct xmp_dev_rules
             continue;
         }
         if (r->major != XMP_DEV_ANY && r->minor != XMP_DEV_ANY) {
-            if (denied.n < XMP_DEV_MAX_RULES)
-                denied.r[denied.n++] = *r;
+            if (!xmp_devices_append(&denied, r))
+                return xmp_error_set(err, ENOMEM, "device filter");
             continue;
         }
         for (size_t k = 0; k < want->n; k++) {
@@ -273,31 +323,32 @@ write_devices(struct xmp_cgroup *cg, const char *dir, const struct xmp_dev_rules
                 return -1; /* a refused one is its own rule's to report */
         }
     }
-    char nodes[256] = "";
-    for (size_t i = 0; i < denied.n; i++) {
-        const struct xmp_dev_rule *r = &denied.r[i];
-        char what[64];
-        if (r->what[0] != '\0')
-            snprintf(what, sizeof(what), "%s", r->what);
-        else
-            xmp_devices_format(r, what, sizeof(what));
-        if (r->required)
-            return xmp_error_set(err, 0,
-                                 "%s is not allowed by the enclosing devices cgroup %s: the job "
-                                 "was not given this device (under Slurm, the step was not given "
-                                 "this GPU)",
-                                 what, h->proc);
-        size_t len = strlen(nodes);
-        snprintf(nodes + len, sizeof(nodes) - len, "%s%s", len > 0 ? ", " : "", what);
-    }
-    /* (a truncated note is still a note; testing the result keeps -Wformat-truncation quiet) */
-    if (nodes[0] != '\0' &&
-        snprintf(cg->note, sizeof(cg->note),
-                 "the enclosing devices cgroup %s does not allow %s: left out of the workers' "
-                 "device filter",
-                 h->proc, nodes) < 0)
-        cg->note[0] = '\0';
-    return 0;
+    return judge_denied(cg, h->proc, &denied, err);
+}
+
+/* Hybrid: the worker's filter is a BPF program in the cgroup2 tree, which nothing above it
+ * composes with, but the v1 devices cgroup xmprun runs in (a Slurm step's under
+ * ConstrainDevices, a container's device rules) still refuses at open what it does not hold: a
+ * job on a GPU it denies would start and fail later inside CUDA. So its list is composed with
+ * the worker's rules as on v1, before the program is attached: a GPU of the job that it denies
+ * is a setup error, another node a note. A list in default-allow mode reads "a *:* rwm" whatever
+ * it denies (on v1 the kernel's EPERM at each write tells those; here nothing is written), so
+ * it is taken at its word. */
+static int
+check_enclosing_devices(struct xmp_cgroup *cg, const struct xmp_dev_rules *want,
+                        struct xmp_error *err)
+{
+    int i = hier_of(cg->layout, XMP_CG_DEVICES);
+    cleanup_dev_rules struct xmp_dev_rules allow = {0};
+    cleanup_dev_rules struct xmp_dev_rules denied = {0};
+    char own[XMP_CG_PATH];
+
+    if (i < 0)
+        return 0; /* no v1 devices hierarchy: nothing encloses the job there */
+    xmp_cg_own_dir(&cg->layout->h[i], own, sizeof(own));
+    if (compose_enclosing(own, cg->layout->h[i].proc, want, &allow, &denied, err) < 0)
+        return -1;
+    return judge_denied(cg, cg->layout->h[i].proc, &denied, err);
 }
 
 static int
@@ -352,7 +403,8 @@ v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
          * is mounted beside it, and the worker is in its tracking directory from its clone3
          * on. That spares the worker a directory and a join in one more v1 hierarchy. */
         if (limits->has_devices &&
-            xmp_devices_attach_bpf(cg->dirfd, &limits->devices, &lay->dev_prog, err) < 0)
+            (check_enclosing_devices(cg, &limits->devices, err) < 0 ||
+             xmp_devices_attach_bpf(cg->dirfd, &limits->devices, &lay->dev_prog, err) < 0))
             goto fail;
     }
     return 0;

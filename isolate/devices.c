@@ -19,17 +19,58 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* Room for one more rule: the list doubles, so that n rules cost log n reallocations. */
+static bool
+reserve_one(struct xmp_dev_rules *rules)
+{
+    if (rules->n < rules->cap)
+        return true;
+    size_t cap = rules->cap > 0 ? rules->cap * 2 : 32;
+    struct xmp_dev_rule *r = reallocarray(rules->r, cap, sizeof(*r));
+    if (r == NULL)
+        return false;
+    rules->r = r;
+    rules->cap = cap;
+    return true;
+}
+
+bool
+xmp_devices_append(struct xmp_dev_rules *rules, const struct xmp_dev_rule *r)
+{
+    if (!reserve_one(rules))
+        return false;
+    rules->r[rules->n++] = *r;
+    return true;
+}
+
 struct xmp_dev_rule *
 xmp_devices_add(struct xmp_dev_rules *rules, char type, int major, int minor, unsigned access)
 {
-    if (rules->n >= XMP_DEV_MAX_RULES)
+    const struct xmp_dev_rule r = {.type = type, .major = major, .minor = minor, .access = access};
+
+    if (!xmp_devices_append(rules, &r))
         return NULL;
-    rules->r[rules->n] =
-        (struct xmp_dev_rule){.type = type, .major = major, .minor = minor, .access = access};
-    return &rules->r[rules->n++];
+    return &rules->r[rules->n - 1];
+}
+
+bool
+xmp_devices_copy(struct xmp_dev_rules *dst, const struct xmp_dev_rules *src)
+{
+    dst->n = 0;
+    for (size_t i = 0; i < src->n; i++)
+        if (!xmp_devices_append(dst, &src->r[i]))
+            return false;
+    return true;
 }
 
 void
+xmp_devices_free(struct xmp_dev_rules *rules)
+{
+    free(rules->r);
+    *rules = (struct xmp_dev_rules){0};
+}
+
+bool
 xmp_devices_add_defaults(struct xmp_dev_rules *rules)
 {
     static const int chars[][2] = {
@@ -37,15 +78,16 @@ xmp_devices_add_defaults(struct xmp_dev_rules *rules)
         {1, 9}, /* urandom */ {5, 0}, /* tty */ {5, 2},                     /* ptmx */
     };
     const unsigned rwm = XMP_DEV_READ | XMP_DEV_WRITE | XMP_DEV_MKNOD;
+    bool ok = xmp_devices_add(rules, 'c', XMP_DEV_ANY, XMP_DEV_ANY, XMP_DEV_MKNOD) != NULL &&
+              xmp_devices_add(rules, 'b', XMP_DEV_ANY, XMP_DEV_ANY, XMP_DEV_MKNOD) != NULL;
 
-    xmp_devices_add(rules, 'c', XMP_DEV_ANY, XMP_DEV_ANY, XMP_DEV_MKNOD);
-    xmp_devices_add(rules, 'b', XMP_DEV_ANY, XMP_DEV_ANY, XMP_DEV_MKNOD);
-    for (size_t i = 0; i < sizeof(chars) / sizeof(chars[0]); i++)
-        xmp_devices_add(rules, 'c', chars[i][0], chars[i][1], rwm);
+    for (size_t i = 0; ok && i < sizeof(chars) / sizeof(chars[0]); i++)
+        ok = xmp_devices_add(rules, 'c', chars[i][0], chars[i][1], rwm) != NULL;
     /* The pseudo-terminal slaves (/dev/pts/N) use majors 136-143 (Documentation/admin-guide/
      * devices.txt: "Unix98 PTY slaves"). */
-    for (int major = 136; major <= 143; major++)
-        xmp_devices_add(rules, 'c', major, XMP_DEV_ANY, rwm);
+    for (int major = 136; ok && major <= 143; major++)
+        ok = xmp_devices_add(rules, 'c', major, XMP_DEV_ANY, rwm) != NULL;
+    return ok;
 }
 
 void
@@ -186,9 +228,8 @@ xmp_devices_compose(const struct xmp_dev_rules *want, const struct xmp_dev_rule 
         for (k = 0; k < n_parent && !covers(&parent[k], w); k++)
             ;
         if (k < n_parent) { /* the common case: the parent holds it as it is */
-            if (out->n >= XMP_DEV_MAX_RULES)
+            if (!xmp_devices_append(out, w))
                 return false;
-            out->r[out->n++] = *w;
             continue;
         }
         for (k = 0; k < n_parent; k++) {
@@ -196,17 +237,13 @@ xmp_devices_compose(const struct xmp_dev_rules *want, const struct xmp_dev_rule 
             if (!xmp_devices_intersect(w, &parent[k], &x))
                 continue;
             granted |= x.access;
-            if (out->n >= XMP_DEV_MAX_RULES)
+            if (!xmp_devices_append(out, &x))
                 return false;
-            out->r[out->n++] = x;
         }
         /* A single node either is allowed in full or is the caller's to decide about (its
          * partial access, already in out, does no harm); a wildcard is what the parent has. */
-        if (explicit_node(w) && granted != w->access) {
-            if (denied->n >= XMP_DEV_MAX_RULES)
-                return false;
-            denied->r[denied->n++] = *w;
-        }
+        if (explicit_node(w) && granted != w->access && !xmp_devices_append(denied, w))
+            return false;
     }
     return true;
 }
@@ -265,12 +302,16 @@ explain_attach(int cgfd, int errnum, struct xmp_error *err)
 #define JNE_IMM(d, i, o) INSN(BPF_JMP | BPF_JNE | BPF_K, d, 0, o, i)
 #define EXIT()           INSN(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)
 
+/* The most instructions emit_rule writes for one rule, and the program's own around them. */
+#define RULE_MAX_INSNS 8
+#define PROG_FRAME     8
+
 /* One rule: jumps past itself unless type, access, major and minor all match, then returns 1
  * (allow). Returns the number of instructions written. */
 static size_t
 emit_rule(const struct xmp_dev_rule *r, struct bpf_insn *out)
 {
-    struct bpf_insn body[8];
+    struct bpf_insn body[RULE_MAX_INSNS];
     size_t n = 0;
     int type = r->type == 'c' ? BPF_DEVCG_DEV_CHAR : r->type == 'b' ? BPF_DEVCG_DEV_BLOCK : 0;
     unsigned all = XMP_DEV_READ | XMP_DEV_WRITE | XMP_DEV_MKNOD;
@@ -302,9 +343,15 @@ emit_rule(const struct xmp_dev_rule *r, struct bpf_insn *out)
 static int
 load_program(const struct xmp_dev_rules *rules, struct xmp_error *err)
 {
-    struct bpf_insn prog[8 + XMP_DEV_MAX_RULES * 8];
+    /* Sized from the rules, as crun's ebpf_create grows its program: a job whose every worker
+     * may open all of a node's GPUs and HCAs has no rule count to stay below. */
+    cleanup_free struct bpf_insn *prog =
+        calloc(PROG_FRAME + rules->n * RULE_MAX_INSNS, sizeof(*prog));
     size_t n = 0;
     char log[1024] = "";
+
+    if (prog == NULL)
+        return xmp_error_set(err, ENOMEM, "device filter: %zu rules", rules->n);
 
     /* struct bpf_cgroup_dev_ctx { u32 access_type; u32 major; u32 minor; }, where
      * access_type is (access << 16) | type. */
@@ -366,6 +413,7 @@ xmp_devices_prog_release(struct xmp_dev_prog *cache)
     if (cache->fd >= 0)
         close(cache->fd);
     cache->fd = -1;
+    xmp_devices_free(&cache->rules);
 }
 
 int
@@ -377,8 +425,13 @@ xmp_devices_attach_bpf(int cgfd, const struct xmp_dev_rules *rules, struct xmp_d
         if (fd < 0)
             return -1;
         xmp_devices_prog_release(cache);
+        /* A copy: the rules are the caller's, and may be gone by the next worker's. */
+        if (!xmp_devices_copy(&cache->rules, rules)) {
+            close(fd);
+            xmp_devices_free(&cache->rules);
+            return xmp_error_set(err, ENOMEM, "device filter");
+        }
         cache->fd = fd;
-        cache->rules = *rules;
     }
 
     union bpf_attr attach;

@@ -13,8 +13,7 @@
 /* The kernel's bits (BPF_DEVCG_ACC_*), also used for v1's "rwm". */
 enum { XMP_DEV_MKNOD = 1, XMP_DEV_READ = 2, XMP_DEV_WRITE = 4 };
 
-#define XMP_DEV_ANY       (-1)
-#define XMP_DEV_MAX_RULES 48
+#define XMP_DEV_ANY (-1)
 
 struct xmp_dev_rule {
     char type; /* 'c' character, 'b' block, 'a' both */
@@ -27,18 +26,31 @@ struct xmp_dev_rule {
     char what[32]; /* for those messages: "cuda:2 (/dev/nvidia2)"; "" for the ordinary nodes */
 };
 
-/* An allowlist: anything it does not allow is refused (EPERM at open or mknod). */
+/* An allowlist: anything it does not allow is refused (EPERM at open or mknod). It grows with
+ * its rules, as crun's does: a node with 8 GPUs and 8 HCAs whose workers may each open all of
+ * them needs some 40 rules, and no count is the last one a host can need. {0} is an empty list;
+ * xmp_devices_free releases one. A copy of the struct shares the rules (the plan owns them). */
 struct xmp_dev_rules {
     size_t n;
-    struct xmp_dev_rule r[XMP_DEV_MAX_RULES];
+    size_t cap;
+    struct xmp_dev_rule *r;
 };
 
 /* Appends the nodes every process needs (null, zero, full, random, urandom, tty, ptmx, the pts
- * terminals) and mknod of any node (opening it is still checked), as Docker allows them. */
-void xmp_devices_add_defaults(struct xmp_dev_rules *rules);
-/* Appends one rule; returns it (to name it), or NULL when the list is full. */
+ * terminals) and mknod of any node (opening it is still checked), as Docker allows them. False
+ * when memory ran out. */
+bool xmp_devices_add_defaults(struct xmp_dev_rules *rules);
+/* Appends one rule; returns it (to name it; valid until the next add), or NULL when memory ran
+ * out. */
 struct xmp_dev_rule *xmp_devices_add(struct xmp_dev_rules *rules, char type, int major, int minor,
                                      unsigned access);
+/* Appends a copy of r (its name and required flag too); false when memory ran out. */
+bool xmp_devices_append(struct xmp_dev_rules *rules, const struct xmp_dev_rule *r);
+/* Copies src into dst, which is emptied first; false when memory ran out. */
+bool xmp_devices_copy(struct xmp_dev_rules *dst, const struct xmp_dev_rules *src);
+/* Releases the rules and leaves an empty list. */
+void xmp_devices_free(struct xmp_dev_rules *rules);
+#define cleanup_dev_rules __attribute__((cleanup(xmp_devices_free)))
 
 /* ---- composing with an enclosing v1 devices cgroup ----
  * A v1 devices cgroup can never allow what its parent does not: the kernel refuses such an
@@ -52,13 +64,14 @@ bool xmp_devices_intersect(const struct xmp_dev_rule *a, const struct xmp_dev_ru
                            struct xmp_dev_rule *out);
 /* What of want the parent list allows, in out: a rule the parent holds as it is, else its
  * intersection with each parent rule (a wildcard the parent lacks becomes the nodes the parent
- * holds). A node of want that the parent does not allow in full goes to denied instead. False
- * when out is too small. Note that a v1 list in its default-allow mode reads "a *:* rwm" whatever
+ * holds). A node of want that the parent does not allow in full goes to denied instead. out and
+ * denied are emptied first and grow as needed (the caller frees them); false when memory ran
+ * out. Note that a v1 list in its default-allow mode reads "a *:* rwm" whatever
  * it denies: the kernel's EPERM at the write is what tells those (see cgroup_v1.c). */
 bool xmp_devices_compose(const struct xmp_dev_rules *want, const struct xmp_dev_rule *parent,
                          size_t n_parent, struct xmp_dev_rules *out, struct xmp_dev_rules *denied);
 
-/* A loaded BPF device program and the rules it holds (fd -1: none yet). */
+/* A loaded BPF device program and a copy of the rules it holds (fd -1: none yet). */
 struct xmp_dev_prog {
     int fd;
     struct xmp_dev_rules rules;

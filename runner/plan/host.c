@@ -568,12 +568,76 @@ discover_hostname(struct xmp_host *host, bool real, struct xmp_error *err)
     return 0;
 }
 
-/* The character majors the drivers registered (/proc/devices), for the shared nodes. */
-static void
+/* ---- RDMA nodes --------------------------------------------------------------------------- */
+
+static int
+add_rdma(struct xmp_host *host, const char *name, int major, int minor, struct xmp_error *err)
+{
+    struct xmp_devnode *more = reallocarray(host->rdma, host->n_rdma + 1, sizeof(*more));
+
+    if (more == NULL)
+        return xmp_error_set(err, ENOMEM, "rdma nodes");
+    host->rdma = more;
+    more[host->n_rdma] = (struct xmp_devnode){.major = major, .minor = minor};
+    snprintf(more[host->n_rdma].name, sizeof(more[0].name), "%s", name);
+    host->n_rdma++;
+    return 0;
+}
+
+/* uverbs2 before uverbs10. */
+static int
+compare_uverbs(const void *a, const void *b)
+{
+    const struct dirent *const *x = a, *const *y = b;
+    long nx = strtol((*x)->d_name + 6, NULL, 10), ny = strtol((*y)->d_name + 6, NULL, 10);
+
+    return (nx > ny) - (nx < ny);
+}
+
+static int
+uverbs_entry(const struct dirent *de)
+{
+    return strncmp(de->d_name, "uverbs", 6) == 0 && isdigit((unsigned char)de->d_name[6]);
+}
+
+/* The verbs nodes (one per HCA port's device: /dev/infiniband/uverbs<N>, the class device's
+ * dev file holds its number) and the RDMA connection manager (a misc device). A host without
+ * them (no rdma-core kernel modules) simply has none. gdrdrv was found with the majors. */
+static int
+discover_rdma(struct xmp_host *host, int gdrdrv, struct xmp_error *err)
+{
+    char path[4096], file[4096 + 300];
+    struct dirent **ents = NULL;
+    int major, minor, n, rc = 0;
+
+    host_path(host, path, sizeof(path), "/sys/class/infiniband_verbs", "");
+    n = scandir(path, &ents, uverbs_entry, NULL);
+    if (n > 1)
+        qsort(ents, (size_t)n, sizeof(*ents), compare_uverbs);
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(file, sizeof(file), "%s/%s/dev", path, ents[i]->d_name);
+        snprintf(name, sizeof(name), "infiniband/%.20s", ents[i]->d_name);
+        if (rc == 0 && read_devnum(file, &major, &minor))
+            rc = add_rdma(host, name, major, minor, err);
+        free(ents[i]);
+    }
+    free(ents);
+    host_path(host, path, sizeof(path), "/sys/class/misc/rdma_cm/dev", "");
+    if (rc == 0 && read_devnum(path, &major, &minor))
+        rc = add_rdma(host, "infiniband/rdma_cm", major, minor, err);
+    if (rc == 0 && gdrdrv >= 0)
+        rc = add_rdma(host, "gdrdrv", gdrdrv, 0, err);
+    return rc;
+}
+
+/* The character majors the drivers registered (/proc/devices), for the shared nodes; gdrdrv's
+ * (-1: none), for the RDMA nodes. */
+static int
 discover_majors(struct xmp_host *host)
 {
     char path[4096], line[256];
-    int uvm = -1, vfio = -1;
+    int uvm = -1, vfio = -1, gdrdrv = -1;
     FILE *f;
 
     host->nvidia_major = 195; /* NV_MAJOR_DEVICE_NUMBER, fixed in the driver */
@@ -594,6 +658,8 @@ discover_majors(struct xmp_host *host)
                     uvm = major;
                 else if (strcmp(name, "vfio") == 0)
                     vfio = major;
+                else if (strcmp(name, "gdrdrv") == 0)
+                    gdrdrv = major;
             }
         }
         fclose(f);
@@ -610,6 +676,7 @@ discover_majors(struct xmp_host *host)
     /* The VFIO container node is the misc device 10:196 (VFIO_MINOR). */
     if (vfio >= 0)
         host->tpu_shared[host->n_tpu_shared++] = (struct xmp_devnode){"vfio/vfio", 10, 196};
+    return gdrdrv;
 }
 
 int
@@ -627,10 +694,11 @@ xmp_host_discover(const char *root, struct xmp_host *out, struct xmp_error *err)
         while (len > 1 && host.root[len - 1] == '/')
             host.root[--len] = '\0';
     }
-    discover_majors(&host);
-    if (discover_allowed(&host, real, err) < 0 || discover_hostname(&host, real, err) < 0 ||
-        discover_cores(&host, err) < 0 || discover_numa(&host, err) < 0 ||
-        discover_gpus_procfs(&host, real, err) < 0 || discover_tpus(&host, err) < 0) {
+    int gdrdrv = discover_majors(&host);
+    if (discover_rdma(&host, gdrdrv, err) < 0 || discover_allowed(&host, real, err) < 0 ||
+        discover_hostname(&host, real, err) < 0 || discover_cores(&host, err) < 0 ||
+        discover_numa(&host, err) < 0 || discover_gpus_procfs(&host, real, err) < 0 ||
+        discover_tpus(&host, err) < 0) {
         /* The caller adds "host discovery"; the message already names the file. */
         xmp_host_free(&host);
         return -1;
@@ -658,6 +726,9 @@ xmp_host_free(struct xmp_host *host)
     free(host->tpus);
     free(host->nodes);
     free(host->core_of);
+    free(host->rdma);
+    host->rdma = NULL;
+    host->n_rdma = 0;
     host->core_of = NULL;
     host->gpus = host->tpus = NULL;
     host->nodes = NULL;

@@ -67,6 +67,12 @@ struct xmp_host {
     size_t n_gpu_shared;
     struct xmp_devnode tpu_shared[1];
     size_t n_tpu_shared;
+    /* The RDMA nodes collectives use between nodes (NCCL's InfiniBand/RoCE transport, GPUDirect
+     * RDMA): /dev/infiniband/uverbs<N> and rdma_cm (their numbers from sysfs, as the nodes are
+     * named there), and /dev/gdrdrv (gdrcopy; its major from /proc/devices, minor 0). One per
+     * HCA and no ceiling: malloc'd, in uverbs order. */
+    struct xmp_devnode *rdma;
+    size_t n_rdma;
 };
 
 /* Discovers the host below root (NULL or "" means "/"). For a fixture root, the allowed CPUs come

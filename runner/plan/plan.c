@@ -534,69 +534,10 @@ resolve_workers(const struct xmp_spec *spec, const struct xmp_host *host, enum x
     return 0;
 }
 
-/* isolation.devices: the nodes a worker may open, an allowlist of device numbers that host
- * discovery found (never guessed): its own accelerators, the nodes their driver shares between
- * all of them, and the ordinary ones. A worker of a CPU job gets no accelerator at all. */
-static int
-device_rules(const struct xmp_host *host, const struct xmp_plan *plan, struct xmp_plan_worker *w,
-             const struct xmp_plan_sel *sel, size_t per, size_t i, struct xmp_error *err)
-{
-    struct xmp_dev_rules *r = &w->limits.devices;
-    const struct xmp_devnode *shared = NULL;
-    size_t n_shared = 0;
-    bool ok = true;
-
-    w->limits.has_devices = true;
-    xmp_devices_add_defaults(r);
-    if (plan->kind == XMP_DEVICE_CUDA) {
-        shared = host->gpu_shared;
-        n_shared = host->n_gpu_shared;
-    } else if (plan->kind == XMP_DEVICE_TPU) {
-        shared = host->tpu_shared;
-        n_shared = host->n_tpu_shared;
-    } else {
-        return 0;
-    }
-    for (size_t k = 0; k < n_shared && ok; k++) {
-        struct xmp_dev_rule *rule =
-            xmp_devices_add(r, 'c', shared[k].major, shared[k].minor, XMP_DEV_READ | XMP_DEV_WRITE);
-        if ((ok = rule != NULL))
-            snprintf(rule->what, sizeof(rule->what), "/dev/%.26s", shared[k].name);
-    }
-    for (size_t d = 0; d < per; d++) {
-        const struct xmp_device *dev = sel[i * per + d].dev;
-        if (dev->dev_major < 0 || dev->dev_minor < 0)
-            return xmp_error_set(err, 0,
-                                 "isolation.devices: the device node of %s:%d (%s) is unknown "
-                                 "(%s); set isolation.devices: false to run without the filter",
-                                 xmp_device_kind_name(plan->kind), dev->index, dev->pci,
-                                 plan->kind == XMP_DEVICE_CUDA
-                                     ? "no \"Device Minor\" in /proc/driver/nvidia/gpus"
-                                     : "no accel device or VFIO group in sysfs");
-        struct xmp_dev_rule *rule = ok ? xmp_devices_add(r, 'c', dev->dev_major, dev->dev_minor,
-                                                         XMP_DEV_READ | XMP_DEV_WRITE)
-                                       : NULL;
-        if ((ok = rule != NULL)) {
-            /* The worker cannot run without it (see isolate/cgroup_v1.c's write_devices). */
-            rule->required = true;
-            if (plan->kind == XMP_DEVICE_CUDA)
-                snprintf(rule->what, sizeof(rule->what), "cuda:%d (/dev/nvidia%d)", dev->index,
-                         dev->dev_minor);
-            else
-                snprintf(rule->what, sizeof(rule->what), "tpu:%d (c %d:%d)", dev->index,
-                         dev->dev_major, dev->dev_minor);
-        }
-    }
-    if (!ok)
-        return xmp_error_set(err, 0, "isolation.devices: worker %d has too many devices to list",
-                             w->rank);
-    return 0;
-}
-
 static int
 fill_worker(const struct xmp_spec *spec, const struct xmp_host *host, struct xmp_plan *plan,
             struct xmp_plan_worker *w, size_t i, const struct xmp_plan_sel *sel, size_t per,
-            const cpu_set_t *cpus, bool has_cpus, struct xmp_error *err)
+            size_t n_workers, const cpu_set_t *cpus, bool has_cpus, struct xmp_error *err)
 {
     w->local_rank = (int)i;
     w->rank = plan->node_rank * plan->local_world_size + (int)i;
@@ -626,7 +567,8 @@ fill_worker(const struct xmp_spec *spec, const struct xmp_host *host, struct xmp
         w->limits.cpus = *cpus;
         xmp_cpulist_format(cpus, w->cpuset, sizeof(w->cpuset));
     }
-    if (spec->devices && device_rules(host, plan, w, sel, per, i, err) < 0)
+    if (spec->devices != XMP_DEVICES_OFF &&
+        xmp_plan_device_rules(host, plan, w, sel, per, n_workers, err) < 0)
         return -1;
     w->argv = strv_dup(spec->command);
     if (w->argv == NULL)
@@ -736,8 +678,8 @@ xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *c
     if (assign_cpusets(spec, host, sel, per, n_workers, plan.kind, sets, has, err) < 0)
         goto fail;
     for (size_t i = 0; i < n_workers; i++) {
-        if (fill_worker(spec, host, &plan, &plan.workers[i], i, sel, per, &sets[i], has[i], err) <
-                0 ||
+        if (fill_worker(spec, host, &plan, &plan.workers[i], i, sel, per, n_workers, &sets[i],
+                        has[i], err) < 0 ||
             xmp_plan_worker_env(&plan, host, envp, sel, per, &plan.workers[i], err) < 0) {
             xmp_error_wrap(err, "worker %zu", i);
             goto fail;
@@ -758,6 +700,7 @@ xmp_plan_free(struct xmp_plan *plan)
     for (size_t i = 0; i < plan->n_workers; i++) {
         struct xmp_plan_worker *w = &plan->workers[i];
         xmp_strv_free(w->devices);
+        xmp_devices_free(&w->limits.devices);
         for (size_t e = 0; e < w->env_len; e++) {
             free(w->env[e].name);
             free(w->env[e].value);

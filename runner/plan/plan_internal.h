@@ -1,5 +1,5 @@
-/* Shared between plan.c (selection, cpusets, nodes) and plan_env.c (worker environments); not
- * part of the plan's public API. */
+/* Shared between plan.c (selection, cpusets, nodes), plan_env.c (worker environments) and
+ * plan_devices.c (device rules); not part of the plan's public API. */
 #ifndef XMP_PLAN_INTERNAL_H
 #define XMP_PLAN_INTERNAL_H
 
@@ -27,6 +27,13 @@ void xmp_plan_split_cpus(const struct xmp_host *host, const cpu_set_t *set, size
 int xmp_plan_worker_env(const struct xmp_plan *plan, const struct xmp_host *host, char *const *envp,
                         const struct xmp_plan_sel *sel, size_t per, struct xmp_plan_worker *w,
                         struct xmp_error *err);
+
+/* plan_devices.c: isolation.devices, worker w's allowlist of device nodes (w->limits.devices);
+ * the job's devices on this node are sel[0 .. n_workers * per), w's own from
+ * sel[w->local_rank * per]. */
+int xmp_plan_device_rules(const struct xmp_host *host, const struct xmp_plan *plan,
+                          struct xmp_plan_worker *w, const struct xmp_plan_sel *sel, size_t per,
+                          size_t n_workers, struct xmp_error *err);
 
 /* plan_nodes.c: nnodes, node rank and master address (from the spec, Slurm, Kubernetes). */
 int xmp_plan_resolve_nodes(const struct xmp_spec *spec, char *const *envp, struct xmp_plan *plan,

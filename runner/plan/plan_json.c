@@ -137,17 +137,24 @@ worker_json(const struct xmp_plan_worker *w)
                         w->limits.cpus_milli > 0 ? json_real((double)w->limits.cpus_milli / 1000.0)
                                                  : json_null());
     json_object_set_new(limits, "pids", json_int_or_null(w->limits.pids));
-    /* isolation.devices: the device nodes the worker may open (v1 devices.allow syntax). */
+    /* isolation.devices: what the worker may open, as rules (v1 devices.allow syntax) and, by
+     * name, the device nodes beyond the ordinary ones: its accelerators (job: all of the job's on
+     * this node), their shared nodes and the RDMA ones. */
     if (w->limits.has_devices) {
-        json_t *devs = json_array();
+        json_t *devs = json_array(), *nodes = json_array();
         for (size_t i = 0; i < w->limits.devices.n; i++) {
+            const struct xmp_dev_rule *r = &w->limits.devices.r[i];
             char rule[64];
-            xmp_devices_format(&w->limits.devices.r[i], rule, sizeof(rule));
+            xmp_devices_format(r, rule, sizeof(rule));
             json_array_append_new(devs, json_string(rule));
+            if (r->what[0] != '\0')
+                json_array_append_new(nodes, json_string(r->what));
         }
         json_object_set_new(limits, "devices", devs);
+        json_object_set_new(limits, "device_nodes", nodes);
     } else {
         json_object_set_new(limits, "devices", json_null());
+        json_object_set_new(limits, "device_nodes", json_null());
     }
     json_object_set_new(o, "limits", limits);
     /* w->env is sorted by name already. */

@@ -174,8 +174,9 @@ job_limits(const struct xmp_supervisor *sv)
 /* isolation.devices on cgroup v2 is a BPF device program, which only a privileged process may
  * load and attach: an unprivileged xmprun in a delegated cgroup (systemd Delegate=yes) cannot
  * have one, as crun and systemd --user cannot. Where this host has an accelerator, whose nodes
- * the filter is for, that is an error that says what to do; without one the job runs without
- * the filter, and the report's cgroup.note says so. */
+ * the filter is for, a filter the spec asked for is an error that says what to do; the default
+ * runs with the GPUs pinned by CUDA_VISIBLE_DEVICES only, as rootless Podman does, and says so.
+ * "Root" is what the kernel grants, not uid 0. */
 static int
 check_device_filter(struct xmp_supervisor *sv, struct xmp_error *err)
 {
@@ -183,18 +184,21 @@ check_device_filter(struct xmp_supervisor *sv, struct xmp_error *err)
 
     for (size_t i = 0; i < sv->n_workers; i++)
         wanted |= sv->workers[i].pw->limits.has_devices;
-    if (!wanted || geteuid() == 0 || sv->mode == XMP_CGROUP_MODE_LEGACY)
+    if (!wanted || xmp_priv_root() || sv->mode == XMP_CGROUP_MODE_LEGACY)
         return 0;
-    if (sv->host.n_gpus + sv->host.n_tpus > 0)
+    if (sv->host.n_gpus + sv->host.n_tpus > 0 && sv->spec->devices_explicit)
         return xmp_error_set(err, EPERM,
                              "isolation.devices: the workers' device filter (a BPF device program "
                              "on cgroup v2) needs root, and xmprun runs as uid %u: run it as root, "
                              "or set isolation.devices: false to run without the filter",
                              (unsigned)geteuid());
     sv->no_device_filter = true;
-    snprintf(sv->report.cgroup_note, sizeof(sv->report.cgroup_note),
-             "no device filter: a BPF device program needs root, and this host has no "
-             "accelerator whose device nodes it would guard");
+    snprintf(sv->report.cgroup_note, sizeof(sv->report.cgroup_note), "%s",
+             sv->host.n_gpus + sv->host.n_tpus > 0
+                 ? "no device filter: GPUs are pinned by CUDA_VISIBLE_DEVICES only; the device "
+                   "filter needs root"
+                 : "no device filter: a BPF device program needs root, and this host has no "
+                   "accelerator whose device nodes it would guard");
     return 0;
 }
 
@@ -382,6 +386,22 @@ xmp_sv_record_enforcement(struct xmp_supervisor *sv)
             line[0] ? "; " : "", line, none[0] ? "; not enforced: " : "", none);
 }
 
+/* isolation.devices: worker hides each worker's GPU from the others, which is what NCCL needs
+ * to see for CUDA IPC between the ranks (NVIDIA/nccl#1066): it then falls back to PCIe or
+ * shared memory without a word. Said once, where it costs something: more than one cuda worker
+ * on this node, behind a filter that is really there. */
+static void
+note_worker_filter(struct xmp_supervisor *sv)
+{
+    if (sv->spec->devices != XMP_DEVICES_WORKER || sv->plan.kind != XMP_DEVICE_CUDA ||
+        sv->n_workers < 2 || sv->no_device_filter || xmp_quiet(sv))
+        return;
+    fprintf(stderr, "xmprun: note: isolation.devices: worker hides each worker's GPU from the "
+                    "others, so NCCL cannot use CUDA IPC (P2P over NVLink) between them and falls "
+                    "back to PCIe or shared memory; isolation.devices: job (the default) filters "
+                    "per job and keeps it\n");
+}
+
 /* isolation.cgroups: auto makes cgroups where it can and runs without them where the place is
  * known to give none (run_without_cgroups); required refuses to run without cgroups, with
  * advice that fits the place; optional warns once and runs without limits (saying so in the
@@ -451,5 +471,6 @@ xmp_sv_setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
         sv->report.n_cgroup_paths = n;
     }
     warn_enclosing_limit(sv);
+    note_worker_filter(sv);
     return 0;
 }

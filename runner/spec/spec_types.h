@@ -35,6 +35,10 @@ enum xmp_seccomp_mode {
     XMP_SECCOMP_OFF,
     XMP_SECCOMP_PROFILE
 };
+/* isolation.devices: which device nodes a worker may open. job (the default): the job's own
+ * accelerators on the node, all of them, so that NCCL keeps CUDA IPC and NVLink between its
+ * workers; worker: only its own; off: no filter. */
+enum xmp_devices_mode { XMP_DEVICES_JOB = 0, XMP_DEVICES_WORKER, XMP_DEVICES_OFF };
 enum xmp_failure_action { XMP_FAILURE_KILL_ALL = 0, XMP_FAILURE_CONTINUE };
 enum xmp_console_mode {
     XMP_CONSOLE_PREFIX = 0,
@@ -98,8 +102,11 @@ struct xmp_spec {
     char *seccomp_profile;                 /* XMP_SECCOMP_PROFILE: path, resolved against workdir */
     struct xmp_scmp_profile seccomp_rules; /* XMP_SECCOMP_PROFILE: the file, validated */
     bool no_new_privs;
-    bool devices; /* isolation.devices: each worker may open only its own device nodes */
-    char *user;   /* isolation.user: NULL = xmprun's own */
+    enum xmp_devices_mode devices; /* isolation.devices */
+    /* isolation.devices was set by the spec or --set, not left to its default: a filter that
+     * cannot be had is then refused rather than noted */
+    bool devices_explicit;
+    char *user; /* isolation.user: NULL = xmprun's own */
     enum xmp_failure_action on_failure;
     int64_t grace_ms;
     long restarts;

@@ -492,6 +492,26 @@ is_plain_bool(const struct xmp_node *n)
     return false;
 }
 
+/* isolation.devices: job, worker or off, and the booleans it was before (true is job, the
+ * default; false is off). */
+static void
+check_devices_mode(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *s)
+{
+    static const char *const names[] = {"job", "worker", "off"};
+    int idx;
+
+    if (is_plain_bool(n)) {
+        s->devices = strcasecmp(n->text, "true") == 0 ? XMP_DEVICES_JOB : XMP_DEVICES_OFF;
+        s->devices_explicit = true;
+        return;
+    }
+    if (!xmp_check_enum(c, n, "isolation.devices", names, COUNT(names), &idx))
+        return;
+    s->devices =
+        (enum xmp_devices_mode[]){XMP_DEVICES_JOB, XMP_DEVICES_WORKER, XMP_DEVICES_OFF}[idx];
+    s->devices_explicit = true;
+}
+
 static void
 check_isolation(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *s)
 {
@@ -538,7 +558,7 @@ check_isolation(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec *
     if (v[I_NO_NEW_PRIVS])
         xmp_check_bool(c, v[I_NO_NEW_PRIVS], "isolation.no_new_privs", &s->no_new_privs);
     if (v[I_DEVICES])
-        xmp_check_bool(c, v[I_DEVICES], "isolation.devices", &s->devices);
+        check_devices_mode(c, v[I_DEVICES], s);
     /* Whether the user exists is checked at run time, where the user database is the one the
      * workers will run with (a spec may be validated on another host). */
     if (v[I_USER] && xmp_check_string(c, v[I_USER], "isolation.user", true, &text) &&
@@ -632,7 +652,8 @@ set_defaults(struct xmp_spec *s)
     s->cgroup_manager = XMP_CGROUP_MANAGER_AUTO;
     s->seccomp = XMP_SECCOMP_DEFAULT;
     s->no_new_privs = true;
-    s->devices = true;
+    s->devices = XMP_DEVICES_JOB;
+    s->devices_explicit = false;
     s->inherit_env = true;
     s->on_failure = XMP_FAILURE_KILL_ALL;
     s->grace_ms = 5000; /* fits inside Docker/Podman's 10 s stop timeout (SPEC.md) */

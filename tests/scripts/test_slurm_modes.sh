@@ -4,8 +4,9 @@
 #   XMP_SLURM_CGROUP=1  proctrack/cgroup + task/cgroup with ConstrainCores, ConstrainRAMSpace and
 #                       ConstrainDevices (cgroup v1, in slurmd's own cgroup namespace): what
 #                       production GPU clusters use
-# In each: a 2-GPU run (worker cgroups below the step's, each worker's CUDA_VISIBLE_DEVICES and
-# its own GPU node open, the others' refused by the device filter), a worker's failure (its exit
+# In each: a 2-GPU run (worker cgroups below the step's, each worker's CUDA_VISIBLE_DEVICES, the
+# step's two GPU nodes open to both workers and a third refused by the device filter; with
+# isolation.devices: worker, each worker's own node only), a worker's failure (its exit
 # status and root cause), scancel (interrupted, 143, a complete report), an OOM at Slurm's --mem
 # (task/cgroup; without it Slurm enforces no limit and the worker's own is named), and xmprun
 # SIGKILLed at KillWait, then `xmprun gc` from this (login) shell: no xmprun directory left in
@@ -96,8 +97,10 @@ EOF
     for k in 0 1; do
         grep -q "^\[$k\] CVD=$k$" <<<"$out" || fail "worker $k did not get CUDA_VISIBLE_DEVICES=$k"
         grep -q "^\[$k\] open $gpus/fakegpu$k=ENXIO$" <<<"$out" || fail "worker $k could not open its GPU"
-        grep -q "^\[$k\] open $gpus/fakegpu$((1 - k))=EPERM$" <<<"$out" ||
-            fail "worker $k could open the other worker's GPU"
+        # isolation.devices: job (the default): the step's GPUs are all its workers' (NCCL's
+        # CUDA IPC between them), a GPU outside the step is not.
+        grep -q "^\[$k\] open $gpus/fakegpu$((1 - k))=ENXIO$" <<<"$out" ||
+            fail "worker $k could not open the other worker's GPU (the job's)"
         grep -q "^\[$k\] open $gpus/fakegpu2=EPERM$" <<<"$out" || fail "worker $k could open a GPU the job lacks"
         grep -Eq "^\[$k\] [0-9]+:memory:.*/xmprun-smgpu-[^/]+/worker-$k$" <<<"$out" ||
             fail "worker $k is not in its own memory cgroup"
@@ -107,6 +110,18 @@ EOF
             grep -Eq "^\[$k\] [0-9]+:devices:/slurm_[^/]+/uid_0/job_[0-9]+/step_0/.*xmprun-smgpu-[^/]+/worker-$k$" <<<"$out" ||
                 fail "worker $k's devices cgroup is not below the step's"
         fi
+    done
+
+    # isolation.devices: worker: each worker its own GPU only.
+    out=$(timeout 120 srun --gres=gpu:2 -c 2 "$xmprun" -q --report gpu.json \
+        --set isolation.devices=worker gpu.yaml 2>&1)
+    rc=$?
+    [ "$rc" = 0 ] || { echo "$out"; fail "the 2-GPU run with isolation.devices: worker exited $rc"; }
+    for k in 0 1; do
+        grep -q "^\[$k\] open $gpus/fakegpu$k=ENXIO$" <<<"$out" ||
+            fail "worker $k could not open its GPU (isolation.devices: worker)"
+        grep -q "^\[$k\] open $gpus/fakegpu$((1 - k))=EPERM$" <<<"$out" ||
+            fail "worker $k could open the other worker's GPU (isolation.devices: worker)"
     done
 
     # 2. A worker's failure: its exit status is the job's, with the root cause.

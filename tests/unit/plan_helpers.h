@@ -36,6 +36,7 @@ spec_defaults(struct xmp_spec *s)
     s->worker.cpuset_mode = XMP_CPUSET_AUTO;
     s->job_memory = s->shared_memory = -1;
     s->no_new_privs = true;
+    s->devices = XMP_DEVICES_OFF; /* the tests that want rules say which */
     s->grace_ms = 5000;
     s->log_tail = 40;
     s->nnodes = 1;

@@ -527,5 +527,32 @@ LIVE_TEST(devices_allowlist)
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
     cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    xmp_devices_free(&l.devices);
+    assert_clean();
+}
+
+/* The same with a list far beyond what a fixed-size one held (48 rules): a node with many GPUs
+ * and HCAs whose workers may all open all of them. The v1 list takes every rule, and the BPF
+ * program grows with them (the verifier accepts it; /dev/zero, in none of them, stays refused). */
+LIVE_TEST(devices_allowlist_without_a_ceiling)
+{
+    struct xmp_cgroup *job, *w0 = NULL;
+    struct xmp_limits l;
+    struct xmp_error err = {0};
+    char name[128];
+    int status = 0;
+
+    job = make_job("devmany", -1, name, sizeof(name));
+    xmp_limits_init(&l);
+    l.has_devices = true;
+    cr_assert(xmp_devices_add(&l.devices, 'c', 1, 3, XMP_DEV_READ | XMP_DEV_WRITE));
+    for (int i = 0; i < 300; i++)
+        cr_assert(xmp_devices_add(&l.devices, 'c', 240 + i / 100, i, XMP_DEV_READ | XMP_DEV_WRITE));
+    cr_assert_eq(xmp_cgroup_create_child(job, "worker-0", &l, &w0, &err), 0, "%s", err.msg);
+    pid_t pid = spawn_attached(w0, open_devices);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
+    cr_assert_eq(xmp_cgroup_destroy(job, &err), 0, "destroy: %s", err.msg);
+    xmp_devices_free(&l.devices);
     assert_clean();
 }

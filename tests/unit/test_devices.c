@@ -49,7 +49,7 @@ Test(devices, parses_a_devices_list)
 /* A parent that allows everything (v1's default-allow mode) leaves the rules as they are. */
 Test(devices, an_allow_all_parent_changes_nothing)
 {
-    struct xmp_dev_rules want = {0}, out, denied;
+    cleanup_dev_rules struct xmp_dev_rules want = {0}, out = {0}, denied = {0};
     struct xmp_dev_rule parent[1];
     char got[1024];
 
@@ -70,7 +70,7 @@ Test(devices, an_allow_all_parent_changes_nothing)
  * full is denied, named as the worker's rule names it. */
 Test(devices, an_allowlist_parent_narrows_wildcards_and_denies_nodes)
 {
-    struct xmp_dev_rules want = {0}, out, denied;
+    cleanup_dev_rules struct xmp_dev_rules want = {0}, out = {0}, denied = {0};
     struct xmp_dev_rule parent[8];
     char got[1024];
 
@@ -92,6 +92,37 @@ Test(devices, an_allowlist_parent_narrows_wildcards_and_denies_nodes)
     cr_expect_str_eq(denied.r[0].what, "cuda:0 (/dev/nvidia2)");
     cr_expect_eq(denied.r[1].minor, 255, "a node allowed in part is denied");
     cr_expect(!denied.r[1].required);
+}
+
+/* No ceiling: a node with 8 GPUs and 8 HCAs whose workers may each open all of them (job mode)
+ * needs some 40 rules, and the list (and the BPF program built from it) grows with whatever a
+ * host has. Composing keeps every rule too. */
+Test(devices, the_rules_grow_without_a_ceiling)
+{
+    cleanup_dev_rules struct xmp_dev_rules want = {0}, out = {0}, denied = {0};
+    cleanup_dev_rules struct xmp_dev_rules copy = {0};
+    struct xmp_dev_rule parent[1];
+
+    cr_assert(xmp_devices_add_defaults(&want));
+    size_t base = want.n;
+    for (int i = 0; i < 1000; i++) {
+        struct xmp_dev_rule *r = xmp_devices_add(&want, 'c', 195, i, RW);
+        cr_assert_not_null(r, "rule %d", i);
+        snprintf(r->what, sizeof(r->what), "n%d", i);
+    }
+    cr_assert_eq(want.n, base + 1000);
+    cr_expect_eq(want.r[base + 999].minor, 999);
+    cr_expect_str_eq(want.r[base + 999].what, "n999");
+    cr_assert_eq(xmp_devices_parse_list("c 195:* rw\n", parent, 1), 1);
+    cr_assert(xmp_devices_compose(&want, parent, 1, &out, &denied));
+    cr_expect_eq(out.n, 1000, "the parent holds the 1000 GPU nodes and none of the defaults");
+    cr_expect_eq(denied.n, 7, "the 7 default nodes are denied: %zu", denied.n);
+    cr_assert(xmp_devices_copy(&copy, &want));
+    cr_expect_eq(copy.n, want.n);
+    cr_expect_neq(copy.r, want.r, "a copy has rules of its own");
+    xmp_devices_free(&copy);
+    cr_expect_eq(copy.n, 0);
+    cr_expect_null(copy.r);
 }
 
 Test(devices, intersections)

@@ -349,6 +349,50 @@ Test(devices, gpu4_device_nodes_from_the_driver)
     xmp_host_free(&h);
 }
 
+/* The RDMA nodes NCCL opens between nodes: the verbs nodes and rdma_cm from sysfs, in uverbs
+ * order (uverbs2 before uverbs10), gdrdrv by its /proc/devices major with minor 0. A host
+ * without them has none. */
+Test(devices, rdma_nodes_from_sysfs)
+{
+    struct xmp_host h;
+    struct xmp_error err = {0};
+    char *root = xt_tmpdir();
+
+    discover_fixture("gpu4", &h);
+    cr_assert_eq(h.n_rdma, 4);
+    cr_expect_str_eq(h.rdma[0].name, "infiniband/uverbs0");
+    cr_expect_eq(h.rdma[0].major, 231);
+    cr_expect_eq(h.rdma[0].minor, 192);
+    cr_expect_str_eq(h.rdma[1].name, "infiniband/uverbs1");
+    cr_expect_eq(h.rdma[1].minor, 193);
+    cr_expect_str_eq(h.rdma[2].name, "infiniband/rdma_cm");
+    cr_expect_eq(h.rdma[2].major, 10);
+    cr_expect_eq(h.rdma[2].minor, 58);
+    cr_expect_str_eq(h.rdma[3].name, "gdrdrv");
+    cr_expect_eq(h.rdma[3].major, 238);
+    cr_expect_eq(h.rdma[3].minor, 0);
+    xmp_host_free(&h);
+    cr_expect_null(h.rdma);
+
+    put(root, "sys/devices/system/cpu/online", "0-3\n");
+    put(root, "sys/class/infiniband_verbs/uverbs10/dev", "231:202\n");
+    put(root, "sys/class/infiniband_verbs/uverbs2/dev", "231:194\n");
+    put(root, "sys/class/infiniband_verbs/abi_version", "6\n");
+    put(root, "sys/class/infiniband_verbs/uverbs3/ibdev", "mlx5_3\n"); /* no dev: skipped */
+    cr_assert_eq(xmp_host_discover(root, &h, &err), 0, "%s", err.msg);
+    cr_assert_eq(h.n_rdma, 2);
+    cr_expect_str_eq(h.rdma[0].name, "infiniband/uverbs2");
+    cr_expect_str_eq(h.rdma[1].name, "infiniband/uverbs10");
+    cr_expect_eq(h.rdma[1].minor, 202);
+    xmp_host_free(&h);
+    xt_tmpdir_remove(root);
+    free(root);
+
+    discover_fixture("cpu-only", &h);
+    cr_expect_eq(h.n_rdma, 0);
+    xmp_host_free(&h);
+}
+
 /* A TPU chip's node: its accel class device in sysfs, else its VFIO group. */
 Test(devices, tpu_device_nodes_from_sysfs)
 {

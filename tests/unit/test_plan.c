@@ -452,8 +452,9 @@ Test(plan, json_key_order)
                      "0e1f2a3b4c57\",\"pci\":\"0000:db:00.0\",\"model\":\"NVIDIA H100 80GB "
                      "HBM3\",\"numa_node\":1,\"local_cpus\":\"16-31\",\"node\":\"195:5\"}") != NULL,
               "%s", text);
-    cr_assert(strstr(text, "\"limits\":{\"memory\":null,\"memory_high\":null,\"swap\":null,"
-                           "\"cpus\":0.5,\"pids\":null,\"devices\":null}") != NULL,
+    cr_assert(strstr(text,
+                     "\"limits\":{\"memory\":null,\"memory_high\":null,\"swap\":null,"
+                     "\"cpus\":0.5,\"pids\":null,\"devices\":null,\"device_nodes\":null}") != NULL,
               "%s", text);
     cr_assert(strstr(text, "\"devices\":[\"cuda:3\"],\"cpuset\":\"12-15\"") != NULL, "%s", text);
 
@@ -681,5 +682,106 @@ Test(plan, slurm_allocation_mismatch_warns)
     xmp_plan_free(&p);
     build(&s, fits, &p);
     cr_assert_null(p.warnings, "%s", p.warnings ? p.warnings[0] : "");
+    xmp_plan_free(&p);
+}
+
+/* The device nodes worker w may open beyond the ordinary ones, by name, joined with "; ". */
+static void
+device_nodes(const struct xmp_plan_worker *w, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    for (size_t i = 0; i < w->limits.devices.n; i++) {
+        const struct xmp_dev_rule *r = &w->limits.devices.r[i];
+        size_t len = strlen(buf);
+        if (r->what[0] != '\0')
+            snprintf(buf + len, size - len, "%s%s%s", len > 0 ? "; " : "", r->what,
+                     r->required ? " (required)" : "");
+    }
+}
+
+/* isolation.devices: job (the default) gives each worker of a 2-worker job on the 4-GPU host
+ * both of the job's GPUs (cuda:0 and cuda:1, nodes 2 and 0), required, and neither GPU outside
+ * the plan; worker gives each only its own; both give the shared and the RDMA nodes, which the
+ * job can do without. CUDA_VISIBLE_DEVICES pins each worker in both. */
+Test(plan, device_rules_job_and_worker)
+{
+    struct xmp_spec s;
+    struct xmp_plan p;
+    char got[1024];
+    const char *shared = "/dev/nvidiactl; /dev/nvidia-modeset; /dev/nvidia-uvm; "
+                         "/dev/nvidia-uvm-tools";
+    const char *rdma = "/dev/infiniband/uverbs0; /dev/infiniband/uverbs1; "
+                       "/dev/infiniband/rdma_cm; /dev/gdrdrv";
+    char want[1024];
+
+    load_host("gpu4");
+    spec_defaults(&s);
+    s.workers = 2;
+    s.devices = XMP_DEVICES_JOB;
+    build(&s, NULL, &p);
+    snprintf(want, sizeof(want),
+             "%s; cuda:0 (/dev/nvidia2) (required); cuda:1 (/dev/nvidia0) (required); %s", shared,
+             rdma);
+    for (size_t i = 0; i < 2; i++) {
+        cr_assert(p.workers[i].limits.has_devices);
+        device_nodes(&p.workers[i], got, sizeof(got));
+        cr_expect_str_eq(got, want, "worker %zu", i);
+        assert_env_int(&p.workers[i], "CUDA_VISIBLE_DEVICES", (long)i);
+    }
+    json_t *j = xmp_plan_to_json(&p, &host);
+    json_t *nodes =
+        json_object_get(json_object_get(json_array_get(json_object_get(j, "workers"), 1), "limits"),
+                        "device_nodes");
+    cr_assert(json_is_array(nodes));
+    cr_expect_str_eq(json_string_value(json_array_get(nodes, 4)), "cuda:0 (/dev/nvidia2)");
+    cr_expect_str_eq(json_string_value(json_array_get(nodes, 5)), "cuda:1 (/dev/nvidia0)");
+    json_decref(j);
+    xmp_plan_free(&p);
+
+    s.devices = XMP_DEVICES_WORKER;
+    build(&s, NULL, &p);
+    snprintf(want, sizeof(want), "%s; cuda:0 (/dev/nvidia2) (required); %s", shared, rdma);
+    device_nodes(&p.workers[0], got, sizeof(got));
+    cr_expect_str_eq(got, want);
+    snprintf(want, sizeof(want), "%s; cuda:1 (/dev/nvidia0) (required); %s", shared, rdma);
+    device_nodes(&p.workers[1], got, sizeof(got));
+    cr_expect_str_eq(got, want);
+    xmp_plan_free(&p);
+
+    /* A CPU job has no accelerator to open; the RDMA nodes stay. */
+    s.devices = XMP_DEVICES_JOB;
+    s.device_kind = XMP_DEVICE_CPU;
+    build(&s, NULL, &p);
+    device_nodes(&p.workers[0], got, sizeof(got));
+    cr_expect_str_eq(got, rdma);
+    xmp_plan_free(&p);
+
+    s.devices = XMP_DEVICES_OFF;
+    build(&s, NULL, &p);
+    cr_expect_not(p.workers[0].limits.has_devices);
+    cr_expect_eq(p.workers[0].limits.devices.n, 0);
+    xmp_plan_free(&p);
+}
+
+/* Job mode on the 8-GPU host: each of the 8 workers may open all 8 GPUs, and all of them have
+ * the same rules (so the job loads one BPF program for all of them). */
+Test(plan, device_rules_job_on_eight_gpus)
+{
+    struct xmp_spec s;
+    struct xmp_plan p;
+
+    load_host("gpu8-2numa");
+    spec_defaults(&s);
+    s.devices = XMP_DEVICES_JOB;
+    build(&s, NULL, &p);
+    cr_assert_eq(p.n_workers, 8);
+    for (size_t i = 0; i < 8; i++) {
+        const struct xmp_dev_rules *r = &p.workers[i].limits.devices;
+        size_t gpus = 0;
+        for (size_t k = 0; k < r->n; k++)
+            gpus += r->r[k].required;
+        cr_expect_eq(gpus, 8, "worker %zu may open %zu GPUs", i, gpus);
+        cr_expect_eq(r->n, p.workers[0].limits.devices.n);
+    }
     xmp_plan_free(&p);
 }

@@ -208,6 +208,15 @@ BAD(seccomp_empty, BASE "isolation: {seccomp: \"\"}\n", 4, 22,
     "isolation.seccomp: must not be empty")
 BAD(no_new_privs_no, BASE "isolation: {no_new_privs: no}\n", 4, 27,
     "isolation.no_new_privs: expected true or false, got \"no\" (write false)")
+BAD(devices_word, BASE "isolation: {devices: workers}\n", 4, 22,
+    "isolation.devices: expected one of job, worker, off, got \"workers\" (did you mean "
+    "\"worker\"?)")
+BAD(devices_no, BASE "isolation: {devices: no}\n", 4, 22,
+    "isolation.devices: expected one of job, worker, off, got \"no\" (did you mean \"off\"?)")
+BAD(devices_quoted_true, BASE "isolation: {devices: \"true\"}\n", 4, 22,
+    "isolation.devices: expected one of job, worker, off, got the string \"true\"")
+BAD(devices_list, BASE "isolation: {devices: [job]}\n", 4, 22,
+    "isolation.devices: expected one of job, worker, off, got a list")
 BAD(action_stop, BASE "on_failure: {action: stop}\n", 4, 22,
     "on_failure.action: expected one of kill-all, continue, got \"stop\"")
 BAD(action_typo, BASE "on_failure: {action: kill_all}\n", 4, 22,
@@ -437,7 +446,8 @@ Test(good, every_field)
     snprintf(want, sizeof(want), "%s/seccomp/train.yaml", fixtures);
     cr_expect_str_eq(s.seccomp_profile, want);
     cr_expect_not(s.no_new_privs);
-    cr_expect_not(s.devices);
+    cr_expect_eq(s.devices, XMP_DEVICES_OFF);
+    cr_expect(s.devices_explicit);
     cr_expect_str_eq(s.user, "nobody");
     cr_expect(s.worker.rlimit_set[XMP_RLIMIT_NOFILE]);
     cr_expect_eq(s.worker.rlimit[XMP_RLIMIT_NOFILE], 65536);
@@ -502,6 +512,8 @@ Test(good, defaults)
     cr_expect_eq(s.seccomp, XMP_SECCOMP_DEFAULT);
     cr_expect_null(s.seccomp_profile);
     cr_expect(s.no_new_privs);
+    cr_expect_eq(s.devices, XMP_DEVICES_JOB);
+    cr_expect_not(s.devices_explicit, "left to its default");
     cr_expect_eq(s.on_failure, XMP_FAILURE_KILL_ALL);
     cr_expect_eq(s.grace_ms, 5000);
     cr_expect_eq(s.restarts, 0);
@@ -548,6 +560,45 @@ Test(good, auto_words_and_alternatives)
     cr_expect_eq(s.node_rank, -1);
     cr_expect_null(s.master_addr);
     xmp_spec_free(&s);
+}
+
+/* isolation.devices: job, worker and off, the booleans it was before (true = job, false = off),
+ * from the spec or --set; either way it is then explicit. */
+Test(good, devices_modes)
+{
+    static const struct {
+        const char *yaml, *set;
+        enum xmp_devices_mode want;
+    } cases[] = {
+        {"job", NULL, XMP_DEVICES_JOB},
+        {"worker", NULL, XMP_DEVICES_WORKER},
+        {"off", NULL, XMP_DEVICES_OFF},
+        {"true", NULL, XMP_DEVICES_JOB},
+        {"True", NULL, XMP_DEVICES_JOB},
+        {"false", NULL, XMP_DEVICES_OFF},
+        {"'worker'", NULL, XMP_DEVICES_WORKER},
+        {NULL, "isolation.devices=worker", XMP_DEVICES_WORKER},
+        {NULL, "isolation.devices=false", XMP_DEVICES_OFF},
+        {"worker", "isolation.devices=job", XMP_DEVICES_JOB},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct xmp_spec s;
+        struct xmp_diags d;
+        char *yaml = NULL;
+        char *sets[] = {(char *)cases[i].set};
+        if (cases[i].yaml != NULL)
+            cr_assert(asprintf(&yaml,
+                               "version: 1\nname: a\ncommand: [x]\nisolation: {devices: %s}\n",
+                               cases[i].yaml) > 0);
+        else
+            cr_assert(asprintf(&yaml, "version: 1\nname: a\ncommand: [x]\n") > 0);
+        cr_assert_eq(load_sets(yaml, sets, cases[i].set != NULL, &s, &d), 0, "case %zu: %s", i,
+                     d.count ? d.items[0].msg : "");
+        cr_expect_eq(s.devices, cases[i].want, "case %zu", i);
+        cr_expect(s.devices_explicit, "case %zu", i);
+        xmp_spec_free(&s);
+        free(yaml);
+    }
 }
 
 /* Integers are decimal with an optional sign, as YAML 1.2 reads them. */
