@@ -11,6 +11,7 @@
 #include "runner/report/report.h"
 
 #include <errno.h>
+#include <linux/capability.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -184,7 +185,8 @@ check_device_filter(struct xmp_supervisor *sv, struct xmp_error *err)
 
     for (size_t i = 0; i < sv->n_workers; i++)
         wanted |= sv->workers[i].pw->limits.has_devices;
-    if (!wanted || xmp_priv_root() || sv->mode == XMP_CGROUP_MODE_LEGACY)
+    if (!wanted || (xmp_priv_has_cap(CAP_SYS_ADMIN) && xmp_priv_initial_userns()) ||
+        sv->mode == XMP_CGROUP_MODE_LEGACY)
         return 0;
     if (sv->host.n_gpus + sv->host.n_tpus > 0 && sv->spec->devices_explicit)
         return xmp_error_set(err, EPERM,
