@@ -16,8 +16,8 @@ fi
 tests=${V2_TESTS:-'^(e2e/|unit/test_cgroup_live|scripts/test_systemd$)'}
 # Real Python work under the isolation (the PyTorch DDP jobs, CPython's multiprocessing suite)
 # runs on the host only: nothing in it depends on the cgroup mode, and in the emulated guest
-# `import torch` alone took over 2 minutes. The guest runs test_isolation (filters, device
-# program, rlimits, user) instead.
+# `import torch` alone took over 2 minutes. The guest runs test_isolation (filters, rlimits,
+# user) and test_device_filter (the device program) instead.
 exclude=${V2_EXCLUDE:-'^e2e/test_(isolation_python|python_multiprocessing)$'}
 # The guest boots in about 3 s; code runs 10-40x slower than here, so the limit is generous.
 # Criterion prints its skips (for tests/check-skips.sh) at verbosity 1.

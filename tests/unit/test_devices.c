@@ -1,7 +1,7 @@
 /* The device filter's composition with an enclosing v1 devices cgroup: devices.list parsing and
  * the intersection of a worker's rules with the parent's (isolate/devices.c). The kernel side
  * (EPERM for a hidden deny, the allowlist a worker gets) is tested end to end in
- * tests/e2e/test_isolation.c and, under Slurm, tests/scripts/test_slurm_modes.sh. */
+ * tests/e2e/test_device_filter.c and, under Slurm, tests/scripts/test_slurm_modes.sh. */
 #include "isolate/devices.h"
 
 #include <criterion/criterion.h>
