@@ -23,6 +23,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -119,12 +120,17 @@ xmp_cg_free_cgroup(struct xmp_cgroup *cg)
     free(cg);
 }
 
-/* The message for isolation.cgroups: required when xmprun may not write its own cgroup: why,
- * and what to do. No strerror text is appended (errnum is kept), so that the advice, not the
- * errno's name, fits in the message. */
+/* The message when xmprun may not write its own cgroup: why, and for a container what to do.
+ * No strerror text is appended (errnum is kept), so that the advice fits in the message. A
+ * user's access() is refused (EACCES) before the mount's read-only flag is looked at: a
+ * read-only mount is EROFS whoever asks (a container's default, as root or not). */
 static int
 explain_access(struct xmp_error *err, int e, const char *dir)
 {
+    struct statvfs fs;
+
+    if ((e == EACCES || e == EPERM) && statvfs(dir, &fs) == 0 && (fs.f_flag & ST_RDONLY))
+        e = EROFS;
     if (e == EROFS)
         xmp_error_set(err, 0,
                       "cannot create cgroups: the cgroup filesystem is mounted read-only (in a "

@@ -41,8 +41,13 @@ xmp_priv_has_cap(int cap)
 }
 
 bool
+xmp_priv_admin(void)
+{
+    return xmp_priv_has_cap(CAP_SYS_ADMIN) && xmp_priv_initial_userns();
+}
+
+bool
 xmp_priv_root(void)
 {
-    return xmp_priv_has_cap(CAP_SYS_ADMIN) && xmp_priv_has_cap(CAP_DAC_OVERRIDE) &&
-           xmp_priv_initial_userns();
+    return xmp_priv_admin() && xmp_priv_has_cap(CAP_DAC_OVERRIDE);
 }

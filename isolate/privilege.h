@@ -14,8 +14,12 @@ bool xmp_priv_initial_userns(void);
 /* True when the capability (CAP_SYS_ADMIN, ...) is in this process's effective set. */
 bool xmp_priv_has_cap(int cap);
 
-/* "Root" as the cgroup layer and the device filter need it: CAP_SYS_ADMIN (and CAP_DAC_OVERRIDE
- * over root's cgroup files) in the initial user namespace. */
+/* CAP_SYS_ADMIN in the initial user namespace: what loading and attaching a BPF device program
+ * needs. */
+bool xmp_priv_admin(void);
+
+/* "Root" as the cgroup layer needs it: xmp_priv_admin, and CAP_DAC_OVERRIDE over root's cgroup
+ * files. */
 bool xmp_priv_root(void);
 
 #endif

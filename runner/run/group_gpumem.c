@@ -106,14 +106,10 @@ static long
 worker_of(const struct xmp_supervisor *sv, pid_t pid)
 {
     char path[64], text[4096];
-    cleanup_close int fd = -1;
-    ssize_t n = -1;
 
     snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0)
-        n = read(fd, text, sizeof(text) - 1);
-    text[n > 0 ? n : 0] = '\0';
+    if (xmp_proc_read(path, text, sizeof(text)) < 0)
+        text[0] = '\0';
     for (size_t i = 0; i < sv->n_workers; i++) {
         const struct xmp_worker *w = &sv->workers[i];
         struct xmp_cgroup_hier_path p[1];

@@ -24,14 +24,13 @@
 #include <unistd.h>
 
 /* The processes of one worker's tree that one sample follows; more are neither measured nor
- * killed (a worker that forks that many is named in its not_measured note). */
+ * killed. */
 #define TREE_MAX 1024
 
 struct tree {
     pid_t pid[TREE_MAX];
     unsigned long long start[TREE_MAX]; /* 0: not known */
     size_t n;
-    bool cut; /* the tree had more than TREE_MAX processes */
 };
 
 void
@@ -64,26 +63,6 @@ xmp_grp_memwatch_close(struct xmp_supervisor *sv)
     sv->memwatch_fd = -1;
 }
 
-/* Reads a small /proc file whole into buf; -1 with errno when it cannot be read. */
-static ssize_t
-read_proc(const char *path, char *buf, size_t size)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    ssize_t n;
-
-    if (fd < 0)
-        return -1;
-    do
-        n = read(fd, buf, size - 1);
-    while (n < 0 && errno == EINTR);
-    int e = errno;
-    close(fd);
-    errno = e;
-    if (n >= 0)
-        buf[n] = '\0';
-    return n;
-}
-
 /* The value in kB of "Key:   123 kB" in text, in bytes, or 0 when the key is not there. */
 static int64_t
 kb_field(const char *text, const char *key)
@@ -103,14 +82,14 @@ measure(pid_t pid, bool private_only, long *threads)
     char path[64], buf[4096];
 
     snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    if (read_proc(path, buf, sizeof(buf)) < 0)
+    if (xmp_proc_read(path, buf, sizeof(buf)) < 0)
         return -1;
     const char *t = strstr(buf, "\nThreads:");
     *threads = t != NULL ? strtol(t + 9, NULL, 10) : 1;
     if (!private_only)
         return kb_field(buf, "\nRssAnon:");
     snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
-    if (read_proc(path, buf, sizeof(buf)) < 0)
+    if (xmp_proc_read(path, buf, sizeof(buf)) < 0)
         return -1;
     /* A process that is exiting has no mm left: an empty file, nothing to charge. */
     return kb_field(buf, "\nPrivate_Clean:") + kb_field(buf, "\nPrivate_Dirty:");
@@ -128,13 +107,8 @@ tree_has(const struct tree *t, pid_t pid)
 static void
 tree_add(struct tree *t, pid_t pid)
 {
-    if (pid <= 0 || tree_has(t, pid))
-        return;
-    if (t->n == TREE_MAX) {
-        t->cut = true;
-        return;
-    }
-    t->pid[t->n++] = pid;
+    if (pid > 0 && t->n < TREE_MAX && !tree_has(t, pid))
+        t->pid[t->n++] = pid;
 }
 
 /* Adds the pids of one /proc/.../children file. */
@@ -143,7 +117,7 @@ add_children_file(struct tree *t, const char *path)
 {
     char buf[8192];
 
-    if (read_proc(path, buf, sizeof(buf)) <= 0)
+    if (xmp_proc_read(path, buf, sizeof(buf)) <= 0)
         return;
     for (char *p = buf, *end; *p != '\0'; p = end) {
         long v = strtol(p, &end, 10);
@@ -178,40 +152,50 @@ add_children(struct tree *t, pid_t pid, long threads)
     closedir(d);
 }
 
-/* xmprun is a subreaper: a process of the worker's whose parent exited is now xmprun's child,
+/* xmprun is a subreaper: a process of a worker's whose parent exited is now xmprun's child,
  * still in the worker's process group (unless it left it with setsid, which takes it out of
- * the worker's tree for the watchdog too, as for the stop). */
+ * the worker's tree for the watchdog too, as for the stop). Read once a sample: xmprun's
+ * children that are neither a worker nor the zygote, with their process groups. */
+struct orphans {
+    pid_t pid[TREE_MAX];
+    pid_t pgid[TREE_MAX];
+    size_t n;
+};
+
 static void
-add_orphans(const struct xmp_supervisor *sv, struct tree *t, pid_t worker)
+find_orphans(const struct xmp_supervisor *sv, struct orphans *o)
 {
     struct tree mine = {.n = 0};
     char path[96];
 
+    o->n = 0;
     snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)getpid(), (int)getpid());
     add_children_file(&mine, path);
     for (size_t i = 0; i < mine.n; i++) {
         bool known = mine.pid[i] == sv->zy.pid;
         for (size_t k = 0; k < sv->n_workers && !known; k++)
             known = sv->workers[k].pid == mine.pid[i];
-        if (!known && getpgid(mine.pid[i]) == worker)
-            tree_add(t, mine.pid[i]);
+        if (!known) {
+            o->pid[o->n] = mine.pid[i];
+            o->pgid[o->n++] = getpgid(mine.pid[i]);
+        }
     }
 }
 
 /* One worker's sample: its tree (t) and their measure. *unreadable gets errno of a process
  * whose /proc could not be read (non-dumpable, hidepid), with its pid in *which. */
 static int64_t
-sample_worker(const struct xmp_supervisor *sv, const struct xmp_worker *w, struct tree *t,
-              int *unreadable, pid_t *which)
+sample_worker(const struct xmp_supervisor *sv, const struct xmp_worker *w, const struct orphans *o,
+              struct tree *t, int *unreadable, pid_t *which)
 {
     int64_t sum = 0;
 
     t->n = 0;
-    t->cut = false;
     *unreadable = 0;
     tree_add(t, w->pid);
-    if (!sv->fork_mode)
-        add_orphans(sv, t, w->pid);
+    for (size_t i = 0; i < o->n; i++)
+        if (o->pgid[i] == w->pid)
+            tree_add(t, o->pid[i]);
     for (size_t i = 0; i < t->n; i++) {
         long threads = 1;
         int64_t m = measure(t->pid[i], sv->fork_mode, &threads);
@@ -264,12 +248,14 @@ void
 xmp_grp_memwatch_sample(struct xmp_supervisor *sv)
 {
     struct tree trees[2]; /* the current worker's, and the largest one's so far */
+    struct orphans orphans;
     uint64_t expirations;
     int64_t job = 0, largest = -1;
     struct xmp_worker *big = NULL;
 
     if (read(sv->memwatch_fd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
         return;
+    find_orphans(sv, &orphans);
     for (size_t i = 0; i < sv->n_workers; i++) {
         struct xmp_worker *w = &sv->workers[i];
         struct xmp_worker_report *rep = w->rep;
@@ -279,7 +265,7 @@ xmp_grp_memwatch_sample(struct xmp_supervisor *sv)
 
         if (!w->running || w->pid <= 0 || w->mem_over)
             continue;
-        int64_t m = sample_worker(sv, w, t, &unreadable, &which);
+        int64_t m = sample_worker(sv, w, &orphans, t, &unreadable, &which);
         rep->memory_sampled = true;
         rep->memory_period_ms = XMP_MEMWATCH_PERIOD_MS;
         if (unreadable != 0 && rep->memory_unmeasured[0] == '\0') {

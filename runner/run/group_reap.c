@@ -171,27 +171,23 @@ account_worker(struct xmp_supervisor *sv, struct xmp_worker *w)
             rep->system_s = (double)st.system_usec / 1e6;
         rep->pids_hits = st.pids_hits;
     }
-    if (w->cg != NULL && rep->oom_kills > 0) {
+    /* Which limit fired: read from the worker's cgroup chain; without a cgroup of its own, a
+     * SIGKILL that neither xmprun nor its watchdog sent may be the kernel's OOM killer at an
+     * enclosing cgroup's limit (a container's --memory, a Slurm step's --mem), which the chain
+     * of xmprun's own cgroup shows. */
+    const struct xmp_cgroup *chain = w->cg;
+    if (chain == NULL && rep->signal == SIGKILL && !w->stop_sent && !w->mem_over)
+        chain = sv->own_cg;
+    if (chain != NULL && (w->cg == NULL || rep->oom_kills > 0)) {
         struct xmp_cgroup_oom_site site;
-        if (xmp_cgroup_oom_site(w->cg, &w->oom_snap, &site)) {
+        if (xmp_cgroup_oom_site(chain, &w->oom_snap, &site)) {
+            if (w->cg == NULL)
+                rep->oom_kills = 1; /* no counter of its own: the one kill that ended it */
             rep->oom_at = xmp_grp_oom_at_name(sv, w, &site);
             rep->oom_limit = site.limit;
             snprintf(rep->oom_path, sizeof(rep->oom_path), "%s", site.path);
-        } else {
+        } else if (w->cg != NULL) {
             rep->oom_unseen = true;
-        }
-    }
-    /* Without a cgroup of its own, a SIGKILL that neither xmprun nor its watchdog sent may be
-     * the kernel's OOM killer at an enclosing cgroup's limit (a container's --memory, a Slurm
-     * step's --mem): the counters of xmprun's own cgroup and those above it say. */
-    if (w->cg == NULL && sv->own_cg != NULL && rep->signal == SIGKILL && !w->stop_sent &&
-        !w->mem_over) {
-        struct xmp_cgroup_oom_site site;
-        if (xmp_cgroup_oom_site(sv->own_cg, &w->oom_snap, &site)) {
-            rep->oom_kills = 1;
-            rep->oom_at = "enclosing";
-            rep->oom_limit = site.limit;
-            snprintf(rep->oom_path, sizeof(rep->oom_path), "%s", site.path);
         }
     }
     /* Its cgroup goes with it, while the other workers still run, so that the end of the job

@@ -11,11 +11,9 @@
 #include "runner/report/report.h"
 
 #include <errno.h>
-#include <linux/capability.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 void
@@ -185,8 +183,7 @@ check_device_filter(struct xmp_supervisor *sv, struct xmp_error *err)
 
     for (size_t i = 0; i < sv->n_workers; i++)
         wanted |= sv->workers[i].pw->limits.has_devices;
-    if (!wanted || (xmp_priv_has_cap(CAP_SYS_ADMIN) && xmp_priv_initial_userns()) ||
-        sv->mode == XMP_CGROUP_MODE_LEGACY)
+    if (!wanted || xmp_priv_admin() || sv->mode == XMP_CGROUP_MODE_LEGACY)
         return 0;
     if (sv->host.n_gpus + sv->host.n_tpus > 0 && sv->spec->devices_explicit)
         return xmp_error_set(err, EPERM,
@@ -217,27 +214,10 @@ in_slurm_step(const struct xmp_supervisor *sv)
  * the kernel's root (a regular user without delegation, a Slurm step, uid 0 in a user
  * namespace). Then isolation.cgroups: auto runs the job with what is at hand. NULL for any
  * other failure (root whose write fails), which refuses as required does. */
-static bool
-read_only(const struct xmp_error *err)
-{
-    static const char *const mounts[] = {"/sys/fs/cgroup", "/sys/fs/cgroup/memory",
-                                         "/sys/fs/cgroup/unified"};
-    struct statvfs fs;
-
-    if (err->errnum == EROFS)
-        return true;
-    /* A user's access() is refused (EACCES) before the mount's read-only flag is looked at. */
-    for (size_t i = 0; i < sizeof(mounts) / sizeof(mounts[0]); i++)
-        if ((err->errnum == EACCES || err->errnum == EPERM) && statvfs(mounts[i], &fs) == 0 &&
-            (fs.f_flag & ST_RDONLY))
-            return true;
-    return false;
-}
-
 static const char *
 known_unwritable(const struct xmp_supervisor *sv, const struct xmp_error *err)
 {
-    if (read_only(err))
+    if (err->errnum == EROFS)
         return "the cgroup filesystem is mounted read-only (as in a default Docker or "
                "Kubernetes container)";
     if (err->errnum != EACCES && err->errnum != EPERM && err->errnum != ENODEV)
@@ -252,30 +232,23 @@ known_unwritable(const struct xmp_supervisor *sv, const struct xmp_error *err)
     return "xmprun is not root and has no delegated cgroup";
 }
 
-/* What fixes a refusal under isolation.cgroups: required, by place. */
+/* What fixes a refusal under isolation.cgroups: required, by place (besides auto); NULL where
+ * the cgroup layer's message already says it (a read-only cgroupfs: a container's). */
 static const char *
 advice(const struct xmp_supervisor *sv, const struct xmp_error *err)
 {
     if (in_slurm_step(sv))
         return "ask the cluster's admins to enable xmprun's Slurm plugin (spank_xmprun.so) and "
-               "run with srun --xmprun-cgroups; or set isolation.cgroups: auto to run with "
-               "xmprun's memory watchdog";
-    if (err->errnum == EROFS) /* the cgroup layer's message says what a container needs */
-        return "or set isolation.cgroups: auto to run with xmprun's memory watchdog";
-    if (read_only(err))
-        return "in a container, run it with a writable cgroupfs (--cgroupns=private and a "
-               "writable /sys/fs/cgroup, or --privileged); or set isolation.cgroups: auto to run "
-               "with xmprun's memory watchdog";
+               "run with srun --xmprun-cgroups";
+    if (err->errnum == EROFS)
+        return NULL;
     if (!xmp_priv_initial_userns())
         return "run xmprun in a cgroup delegated to the namespace's owner (systemd-run --user -p "
-               "Delegate=yes --scope ...); or set isolation.cgroups: auto to run with xmprun's "
-               "memory watchdog";
+               "Delegate=yes --scope ...)";
     if (access("/run/systemd/system", F_OK) == 0)
         return "ask your user manager for a delegated cgroup: systemd-run --user -p "
-               "Delegate=yes --scope xmprun ...; or set isolation.cgroups: auto to run with "
-               "xmprun's memory watchdog";
-    return "run as root or in a cgroup delegated to you; or set isolation.cgroups: auto to run "
-           "with xmprun's memory watchdog";
+               "Delegate=yes --scope xmprun ...";
+    return "run as root or in a cgroup delegated to you";
 }
 
 /* isolation.cgroups: auto where no cgroup can be written (why): the job runs, its memory limits
@@ -440,8 +413,12 @@ xmp_sv_setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
         if (sv->spec->cgroups == XMP_CGROUPS_REQUIRED || sv->spec->cgroups == XMP_CGROUPS_AUTO) {
             /* The cgroup layer's message says why; the advice fits the place. */
             if (why != NULL) {
+                const char *fix = advice(sv, err);
                 size_t len = strlen(err->msg);
-                snprintf(err->msg + len, sizeof(err->msg) - len, "; %s", advice(sv, err));
+                snprintf(err->msg + len, sizeof(err->msg) - len,
+                         "; %s%sor set isolation.cgroups: auto to run with xmprun's memory "
+                         "watchdog",
+                         fix != NULL ? fix : "", fix != NULL ? "; " : "");
             }
             return -1;
         }

@@ -1,30 +1,42 @@
 /* What /proc says of a process: its parent and its start time, from /proc/PID/stat. */
 #include "runner/util/proc.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-/* /proc/PID/stat's fields after the comm (from the state on) into buf; false when it cannot be
- * read (the process is gone). */
+ssize_t
+xmp_proc_read(const char *path, char *buf, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n;
+
+    if (fd < 0)
+        return -1;
+    do
+        n = read(fd, buf, size - 1);
+    while (n < 0 && errno == EINTR);
+    int e = errno;
+    close(fd);
+    errno = e;
+    if (n >= 0)
+        buf[n] = '\0';
+    return n;
+}
+
+/* /proc/PID/stat's fields after the comm (from the state on): *rest points into buf; false
+ * when it cannot be read (the process is gone). */
 static bool
 stat_fields(pid_t pid, char *buf, size_t size, const char **rest)
 {
     char path[64];
-    ssize_t n = -1;
-    int fd;
     const char *p;
 
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        n = read(fd, buf, size - 1);
-        close(fd);
-    }
-    if (n <= 0)
+    if (xmp_proc_read(path, buf, size) <= 0)
         return false;
-    buf[n] = '\0';
     /* The comm may hold spaces and parentheses: the state follows the last ')'. */
     p = strrchr(buf, ')');
     if (p == NULL)

@@ -5,6 +5,10 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+/* Reads a small /proc file whole into buf (NUL-terminated); -1 with errno when it cannot be
+ * read. */
+ssize_t xmp_proc_read(const char *path, char *buf, size_t size);
+
 /* The parent of pid (/proc/PID/stat: "pid (comm) S ppid ..."), or -1 when it cannot be read. */
 pid_t xmp_proc_parent(pid_t pid);
 

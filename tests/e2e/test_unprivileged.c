@@ -91,11 +91,18 @@ over_limit_spec(struct e2e *e)
                 "resources: {worker: {memory: 128Mi}}\n");
 }
 
-/* What every run over its limit must show: exit 137, worker 1 stopped by the watchdog at its
- * own limit, named so; both workers' peaks from the samples; the per-limit enforcement. */
+/* Runs the over-limit job as the regular user through wrap, and checks what every such run must
+ * show: exit 137, worker 1 stopped by the watchdog at its own limit, named so; both workers'
+ * peaks from the samples; the per-limit enforcement; why, on stderr. */
 static void
-assert_stopped_by_watchdog(struct e2e *e, const char *why)
+stopped_by_watchdog(const char *wrap, const char *why)
 {
+    struct e2e ctx;
+    struct e2e *e = &ctx;
+    e2e_init(e);
+    uid_t uid = regular_user(e);
+    over_limit_spec(e);
+    cr_assert_eq(run_as_user(e, uid, wrap), 137, "stderr:\n%s", e->r.err);
     e2e_load_report(e);
     json_t *rc = json_object_get(e->rep, "root_cause");
     const char *msg = e2e_str(rc, "message");
@@ -128,33 +135,20 @@ assert_stopped_by_watchdog(struct e2e *e, const char *why)
     cr_assert_not_null(strstr(e->r.err, "xmprun: note: no cgroup per worker here ("), "%s",
                        e->r.err);
     cr_assert_not_null(strstr(e->r.err, why), "stderr does not say \"%s\":\n%s", why, e->r.err);
+    e2e_assert_clean(e);
+    e2e_fini(e);
 }
 
 Test(unprivileged, regular_user_default_spec_stops_a_worker_over_its_limit, .timeout = 180)
 {
-    struct e2e e;
-    e2e_init(&e);
-    uid_t uid = regular_user(&e);
-    over_limit_spec(&e);
-    cr_assert_eq(run_as_user(&e, uid, ""), 137, "stderr:\n%s", e.r.err);
-    assert_stopped_by_watchdog(&e, "xmprun is not root and has no delegated cgroup");
-    e2e_assert_clean(&e);
-    e2e_fini(&e);
+    stopped_by_watchdog("", "xmprun is not root and has no delegated cgroup");
 }
 
 /* Rootless Podman's and Apptainer's fakeroot: uid 0, but in a user namespace of a regular
  * user, with no rights over the host's cgroups. */
 Test(unprivileged, root_in_a_user_namespace_runs_with_the_watchdog, .timeout = 180)
 {
-    struct e2e e;
-    e2e_init(&e);
-    uid_t uid = regular_user(&e);
-    over_limit_spec(&e);
-    cr_assert_eq(run_as_user(&e, uid, "unshare --user --map-root-user"), 137, "stderr:\n%s",
-                 e.r.err);
-    assert_stopped_by_watchdog(&e, "uid 0 in a user namespace");
-    e2e_assert_clean(&e);
-    e2e_fini(&e);
+    stopped_by_watchdog("unshare --user --map-root-user", "uid 0 in a user namespace");
 }
 
 Test(unprivileged, required_refuses_with_advice_that_fits, .timeout = 120)
