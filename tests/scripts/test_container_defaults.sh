@@ -1,20 +1,23 @@
 #!/bin/bash
-# xmprun as a Docker ENTRYPOINT with Docker's defaults (a read-only cgroupfs, as in every
-# non-privileged Docker and Kubernetes container), as root in the container and as --user 1000:
+# xmprun as a container ENTRYPOINT with the engines' defaults (a read-only cgroupfs, as in every
+# non-privileged Docker, Podman and Kubernetes container), in Docker and in rootful Podman, as
+# root in the container and as --user 1000:
 # the default spec runs; a worker over its 128Mi is stopped by xmprun's memory watchdog with that
 # limit named (137); a worker within its own 1Gi that takes the container over --memory 512m is
 # named at the container's limit (137); isolation.cgroups: required refuses (125) with advice
 # for a container. xmprun's binary and libraries are mounted into the image read-only (the
 # image is Debian minbase, the same release as this host).
 #
-# Needs the Docker of ../shared/tools/docker-setup.sh (.ci/run starts it). Without it, it skips
-# (77) and says so loudly (tests/check-skips.sh fails CI on it unless .ci/run expects it).
+# Needs the Docker of ../shared/tools/docker-setup.sh and the Podman of podman-setup.sh (.ci/run
+# sets both up). Without either, it skips (77) and says so loudly (tests/check-skips.sh fails CI
+# on it unless .ci/run expects it).
 set -u
 build=$(cd "$(dirname "$XMPRUN_BIN")" && pwd)
 setup=${XMP_DOCKER_SETUP:-$XMPRUN_SOURCE_DIR/../shared/tools/docker-setup.sh}
+xpodman=${XMP_PODMAN:-/tmp/xmp-real/bin/xpodman}
 cannot() {
     echo "********************************************************************************"
-    echo "[SKIP] scripts::test_docker: cannot run: $*"
+    echo "[SKIP] scripts::test_container_defaults: cannot run: $*"
     echo "********************************************************************************"
     exit 77
 }
@@ -22,13 +25,15 @@ command -v docker >/dev/null || cannot "no docker client (run $setup start)"
 [ -x "$setup" ] && eval "$("$setup" env 2>/dev/null | grep '^export DOCKER_HOST=')"
 timeout 20 docker info >/dev/null 2>&1 || cannot "no Docker daemon answers (run $setup start)"
 docker image inspect xmp-base >/dev/null 2>&1 || cannot "no xmp-base image (run $setup start)"
+[ -x "$xpodman" ] || cannot "no Podman wrapper at $xpodman (run podman-setup.sh)"
+"$xpodman" image exists localhost/xmp-base || cannot "no localhost/xmp-base image in Podman"
 
 work=$(mktemp -d /tmp/xmprun-docker.XXXXXX)
 chmod 0777 "$work"
 trap 'rm -rf "$work"' EXIT
 status=0
 fail() {
-    echo "FAIL ($who): $*"
+    echo "FAIL ($engine, user $who): $*"
     status=1
 }
 libdir=$(dirname "$(ldd "$XMPRUN_BIN" | awk '/libcgroup/ {print $3}')")
@@ -48,13 +53,13 @@ devices: {kind: cpu}
 command: ['/x/tests/probe', alloc, '700', '30']
 resources: {worker: {memory: 1Gi}}
 EOF
-# run USER JOB [ARGS...]: the job in a container with Docker's defaults and --memory 512m.
+# run USER JOB [ARGS...]: the job in a container with the engine's defaults and --memory 512m.
 run() {
     local user=$1 job=$2
     shift 2
-    timeout 120 docker run --rm --memory 512m --memory-swap 512m --user "$user" \
+    timeout 120 $engine run --rm --memory 512m --memory-swap 512m --user "$user" \
         -v "$build:/x:ro" -v "$libdir:/hostlib:ro" -e LD_LIBRARY_PATH=/hostlib \
-        -v "$work:/d" -w /d xmp-base /x/xmprun --report "/d/$job.json" "$@" "/d/$job.yaml" \
+        -v "$work:/d" -w /d "$image" /x/xmprun --report "/d/$job.json" "$@" "/d/$job.yaml" \
         >"$work/out" 2>&1
 }
 # check JOB PYTHON-EXPR: an expression over the schema-checked report `r`.
@@ -67,6 +72,9 @@ sys.exit(0 if eval(sys.argv[2]) else 1)
 PY
 }
 
+for engine in docker "$xpodman"; do
+image=xmp-base
+[ "$engine" = docker ] || image=localhost/xmp-base
 for who in 0 1000; do
     run "$who" over
     rc=$?
@@ -88,5 +96,6 @@ for who in 0 1000; do
     rc=$?
     [ $rc = 125 ] || fail "required: exit $rc: $(cat "$work/out")"
     grep -q -- '--privileged' "$work/out" || fail "required: no container advice: $(cat "$work/out")"
+done
 done
 exit $status
