@@ -63,13 +63,13 @@ xmp_grp_memwatch_close(struct xmp_supervisor *sv)
     sv->memwatch_fd = -1;
 }
 
-/* The value in kB of "Key:   123 kB" in text, in bytes, or 0 when the key is not there. */
+/* The value in kB of "Key:   123 kB" in text, in bytes, or -1 when the key is not there. */
 static int64_t
 kb_field(const char *text, const char *key)
 {
     const char *p = strstr(text, key);
 
-    return p != NULL ? (int64_t)strtoll(p + strlen(key), NULL, 10) * 1024 : 0;
+    return p != NULL ? (int64_t)strtoll(p + strlen(key), NULL, 10) * 1024 : -1;
 }
 
 /* One process's measure: exec mode its resident anonymous memory (/proc/PID/status RssAnon, a
@@ -86,13 +86,17 @@ measure(pid_t pid, bool private_only, long *threads)
         return -1;
     const char *t = strstr(buf, "\nThreads:");
     *threads = t != NULL ? strtol(t + 9, NULL, 10) : 1;
+    /* A process that has exited (a zombie until it is reaped) has no memory left to show: it
+     * counts as gone, not as a sample of 0. */
+    errno = ESRCH;
     if (!private_only)
         return kb_field(buf, "\nRssAnon:");
     snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
     if (xmp_proc_read(path, buf, sizeof(buf)) < 0)
         return -1;
-    /* A process that is exiting has no mm left: an empty file, nothing to charge. */
-    return kb_field(buf, "\nPrivate_Clean:") + kb_field(buf, "\nPrivate_Dirty:");
+    int64_t clean = kb_field(buf, "\nPrivate_Clean:"), dirty = kb_field(buf, "\nPrivate_Dirty:");
+    errno = ESRCH;
+    return clean < 0 || dirty < 0 ? -1 : clean + dirty;
 }
 
 static bool
@@ -182,13 +186,14 @@ find_orphans(const struct xmp_supervisor *sv, struct orphans *o)
     }
 }
 
-/* One worker's sample: its tree (t) and their measure. *unreadable gets errno of a process
+/* One worker's sample: its tree (t) and their measure, -1 when none of them could be measured
+ * (all gone). *unreadable gets errno of a process
  * whose /proc could not be read (non-dumpable, hidepid), with its pid in *which. */
 static int64_t
 sample_worker(const struct xmp_supervisor *sv, const struct xmp_worker *w, const struct orphans *o,
               struct tree *t, int *unreadable, pid_t *which)
 {
-    int64_t sum = 0;
+    int64_t sum = -1;
 
     t->n = 0;
     *unreadable = 0;
@@ -209,7 +214,7 @@ sample_worker(const struct xmp_supervisor *sv, const struct xmp_worker *w, const
             }
             continue;
         }
-        sum += m;
+        sum = (sum < 0 ? 0 : sum) + m;
         add_children(t, t->pid[i], threads);
     }
     return sum;
@@ -277,7 +282,7 @@ xmp_grp_memwatch_sample(struct xmp_supervisor *sv)
                 fprintf(stderr, "xmprun: warning: worker %d: %s\n", w->pw->rank,
                         rep->memory_unmeasured);
         }
-        if (rep->memory_unmeasured[0] != '\0')
+        if (rep->memory_unmeasured[0] != '\0' || m < 0)
             continue;
         if (m > rep->memory_peak)
             rep->memory_peak = m;
