@@ -280,26 +280,22 @@ gpu_fault_first(const struct xmp_worker_report *w, struct xmp_report *r)
 }
 
 /* How w ended, in words, for who ("worker 3 (cuda:3)", "the zygote"). */
-/* "worker 1 (cpu) was stopped by xmprun at its 128.0 MiB memory limit (it used 290.0 MiB;
- * measured every 100 ms: no writable cgroup here)"; at the job's, "(the job used X, this
- * worker Y; ...)". */
+/* "worker 1 (cpu) was stopped by xmprun at its 128.0 MiB memory limit (it used 290.0 MiB; ...)";
+ * at the job's, "(the job used X, this worker Y; ...)". */
 static void
 describe_over_memory(const struct xmp_worker_report *w, const char *who, char *buf, size_t size)
 {
-    char limit[32], used[32], job[64] = "";
+    char limit[32], used[32], job[32];
     bool of_job = w->memory_over != NULL && strcmp(w->memory_over, "job") == 0;
 
     xmp_format_bytes(of_job ? w->job_memory_limit : w->memory_limit, limit, sizeof(limit));
     xmp_format_bytes(w->memory_used, used, sizeof(used));
-    if (of_job) {
-        strcpy(job, "the job used ");
-        xmp_format_bytes(w->memory_job_used, job + 13, sizeof(job) - 13);
-    }
+    xmp_format_bytes(w->memory_job_used, job, sizeof(job));
     snprintf(buf, size,
-             "%s was stopped by xmprun at %s %s memory limit (%s%s %s; measured every %" PRId64
+             "%s was stopped by xmprun at %s %s memory limit (%s%s%s %s; measured every %" PRId64
              " ms: no writable cgroup here)",
-             who, of_job ? "the job's" : "its", limit, job, of_job ? ", this worker" : "it used",
-             used, w->memory_period_ms);
+             who, of_job ? "the job's" : "its", limit, of_job ? "the job used " : "",
+             of_job ? job : "", of_job ? ", this worker" : "it used", used, w->memory_period_ms);
 }
 
 static void
@@ -792,6 +788,8 @@ xmp_report_release(struct xmp_report *r)
     }
     free(r->workers);
     free(r->attempts);
+    json_decref(r->enforcement);
+    r->enforcement = NULL;
     r->workers = NULL;
     r->n_workers = 0;
     r->attempts = NULL;

@@ -172,14 +172,8 @@ struct xmp_report {
     char cgroup_scope[256];     /* the systemd scope; "" is written as null */
     char cgroup_path[512];      /* "" is written as null */
     char cgroup_note[1024];     /* "" is written as null */
-    /* How each limit the spec sets is enforced (the report's enforcement): the limit's spec
-     * key, "cgroup", "watchdog", "affinity" or "none", and why where it is not by a cgroup. */
-    struct xmp_report_enforcement {
-        const char *limit;
-        const char *by;
-        char why[256];
-    } enforcement[10];
-    size_t n_enforcement;
+    /* How each limit the spec sets was kept (runner/plan/enforce.h), owned; NULL: {}. */
+    json_t *enforcement;
     /* cgroup.paths: the job cgroup in each hierarchy, as /proc/self/cgroup shows it. */
     struct xmp_report_cgroup_path {
         char hier[32];

@@ -264,14 +264,8 @@ xmp_report_to_json(const struct xmp_report *r)
                                   str_or_null(r->cgroup_manager), "scope",
                                   str_or_null(r->cgroup_scope), "path", str_or_null(r->cgroup_path),
                                   "note", str_or_null(r->cgroup_note), "paths", paths));
-    json_t *enforcement = json_object();
-    for (size_t i = 0; i < r->n_enforcement; i++) {
-        const struct xmp_report_enforcement *e = &r->enforcement[i];
-        json_object_set_new(enforcement, e->limit,
-                            json_pack("{s:s, s:o}", "by", e->by, "why",
-                                      e->why[0] != '\0' ? utf8_json(e->why) : json_null()));
-    }
-    json_object_set_new(o, "enforcement", enforcement);
+    json_object_set_new(o, "enforcement",
+                        r->enforcement != NULL ? json_incref(r->enforcement) : json_object());
     json_object_set_new(o, "root_cause",
                         cause_json(r->cause, r->cause_rank, r->cause_reason, r->cause_message));
     json_object_set_new(o, "restarts", json_integer(r->restarts));

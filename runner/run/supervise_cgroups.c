@@ -8,10 +8,10 @@
 
 #include "isolate/file.h"
 #include "isolate/privilege.h"
+#include "runner/plan/enforce.h"
 #include "runner/report/report.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -201,56 +201,6 @@ check_device_filter(struct xmp_supervisor *sv, struct xmp_error *err)
     return 0;
 }
 
-/* Whether this process is in a Slurm step: its cgroups are Slurm's (the step's limits, its
- * accounting and its end-of-job kill), which a systemd scope would leave. */
-static bool
-in_slurm_step(const struct xmp_supervisor *sv)
-{
-    return sv->have_plan && sv->plan.slurm_step;
-}
-
-/* Why the cgroup layer could not make the job's cgroups, when the reason is one this kind of
- * place is known for: a read-only cgroupfs (a container's default), or no write access without
- * the kernel's root (a regular user without delegation, a Slurm step, uid 0 in a user
- * namespace). Then isolation.cgroups: auto runs the job with what is at hand. NULL for any
- * other failure (root whose write fails), which refuses as required does. */
-static const char *
-known_unwritable(const struct xmp_supervisor *sv, const struct xmp_error *err)
-{
-    if (err->errnum == EROFS)
-        return "the cgroup filesystem is mounted read-only (as in a default Docker or "
-               "Kubernetes container)";
-    if (err->errnum != EACCES && err->errnum != EPERM && err->errnum != ENODEV)
-        return NULL;
-    if (xmp_priv_root())
-        return NULL;
-    if (!xmp_priv_initial_userns())
-        return "uid 0 in a user namespace has no rights over the host's cgroups (rootless "
-               "Podman, Apptainer's fakeroot)";
-    if (in_slurm_step(sv))
-        return "a Slurm step's cgroups belong to root";
-    return "xmprun is not root and has no delegated cgroup";
-}
-
-/* What fixes a refusal under isolation.cgroups: required, by place (besides auto); NULL where
- * the cgroup layer's message already says it (a read-only cgroupfs: a container's). */
-static const char *
-advice(const struct xmp_supervisor *sv, const struct xmp_error *err)
-{
-    if (in_slurm_step(sv))
-        return "ask the cluster's admins to enable xmprun's Slurm plugin (spank_xmprun.so) and "
-               "run with srun --xmprun-cgroups";
-    if (err->errnum == EROFS)
-        return NULL;
-    if (!xmp_priv_initial_userns())
-        return "run xmprun in a cgroup delegated to the namespace's owner (systemd-run --user -p "
-               "Delegate=yes --scope ...)";
-    if (access("/run/systemd/system", F_OK) == 0)
-        return "ask your user manager for a delegated cgroup: systemd-run --user -p "
-               "Delegate=yes --scope xmprun ...";
-    return "run as root or in a cgroup delegated to you";
-}
-
 /* isolation.cgroups: auto where no cgroup can be written (why): the job runs, its memory limits
  * kept by xmprun's watchdog, its cpuset by affinity; xmprun's own cgroup is observed so that an
  * enclosing limit that fires is named. */
@@ -273,92 +223,23 @@ run_without_cgroups(struct xmp_supervisor *sv, const char *why)
         warn_enclosing_limit(sv);
 }
 
-static void enforced(struct xmp_supervisor *sv, const char *limit, const char *by, const char *fmt,
-                     ...) __attribute__((format(printf, 4, 5)));
-
-/* One limit's entry in the report's enforcement: how it is kept, and why where not by a
- * cgroup (fmt NULL: no why). */
-static void
-enforced(struct xmp_supervisor *sv, const char *limit, const char *by, const char *fmt, ...)
-{
-    struct xmp_report *r = &sv->report;
-    struct xmp_report_enforcement *e;
-    va_list ap;
-
-    if (r->n_enforcement == sizeof(r->enforcement) / sizeof(r->enforcement[0]))
-        return;
-    e = &r->enforcement[r->n_enforcement++];
-    e->limit = limit;
-    e->by = by;
-    e->why[0] = '\0';
-    if (fmt != NULL) {
-        va_start(ap, fmt);
-        vsnprintf(e->why, sizeof(e->why), fmt, ap);
-        va_end(ap);
-    }
-}
-
 void
 xmp_sv_record_enforcement(struct xmp_supervisor *sv)
 {
-    const struct xmp_limits *l = sv->n_workers > 0 ? &sv->workers[0].pw->limits : NULL;
-    bool cg = sv->mode != XMP_CGROUP_MODE_NONE;
+    enum xmp_enforce_means means = sv->mode != XMP_CGROUP_MODE_NONE ? XMP_ENFORCE_CGROUPS
+                                   : sv->memwatch                   ? XMP_ENFORCE_WATCHDOG
+                                                                    : XMP_ENFORCE_NONE;
     const char *why = sv->memwatch                           ? sv->no_cgroup_why
                       : sv->spec->cgroups == XMP_CGROUPS_OFF ? "isolation.cgroups is off"
                                                              : "no cgroups could be made here";
-    char line[768] = "", none[128] = "";
+    char say[768];
 
-    sv->report.n_enforcement = 0;
-    if (l == NULL)
-        return;
-    for (int job = 0; job < 2; job++) {
-        const char *key = job ? "resources.job.memory" : "resources.worker.memory";
-        if ((job ? sv->plan.job_limits.memory : l->memory) <= 0)
-            continue;
-        if (cg)
-            enforced(sv, key, "cgroup", NULL);
-        else if (sv->memwatch)
-            enforced(sv, key, "watchdog", "%smeasured every %d ms: %s",
-                     job ? "the workers' sum, " : "", XMP_MEMWATCH_PERIOD_MS, why);
-        else
-            enforced(sv, key, "none", "%s", why);
-    }
-    if (l->memory_high > 0)
-        enforced(sv, "resources.worker.memory_high", cg ? "cgroup" : "none",
-                 cg ? NULL : "a soft limit needs a cgroup: %s", why);
-    if (l->swap >= 0 && l->memory > 0)
-        enforced(sv, "resources.worker.swap", cg ? "cgroup" : "none",
-                 cg ? NULL : "swap is limited by a cgroup only: %s", why);
-    if (l->cpus_milli > 0)
-        enforced(sv, "resources.worker.cpus", cg ? "cgroup" : "none",
-                 cg ? NULL : "a CPU quota needs a cgroup: %s", why);
-    if (l->has_cpus)
-        enforced(sv, "resources.worker.cpuset", cg ? "cgroup" : "affinity",
-                 cg ? NULL : "pinned by sched_setaffinity: %s", why);
-    if (l->pids > 0)
-        enforced(sv, "resources.worker.pids", cg ? "cgroup" : "none",
-                 cg ? NULL : "a process limit needs a cgroup: %s", why);
-    if (l->has_devices)
-        enforced(sv, "isolation.devices", cg && !sv->no_device_filter ? "cgroup" : "none",
-                 cg && !sv->no_device_filter ? NULL : "the device filter needs root: %s", why);
-    if (!sv->memwatch || xmp_quiet(sv))
-        return;
-    /* Said once, at the start: what keeps each limit here, and what nothing keeps. */
-    for (size_t i = 0; i < sv->report.n_enforcement; i++) {
-        const struct xmp_report_enforcement *e = &sv->report.enforcement[i];
-        const char *name = strrchr(e->limit, '.') + 1;
-        size_t len = strlen(strcmp(e->by, "none") == 0 ? none : line);
-        if (strcmp(e->by, "none") == 0)
-            snprintf(none + len, sizeof(none) - len, "%s%s", len > 0 ? ", " : "", name);
-        else
-            snprintf(line + len, sizeof(line) - len, "%s%s%s by %s", len > 0 ? ", " : "",
-                     strcmp(e->limit, "resources.job.memory") == 0 ? "job " : "", name,
-                     strcmp(e->by, "watchdog") == 0   ? "xmprun's memory watchdog"
-                     : strcmp(e->by, "affinity") == 0 ? "CPU affinity"
-                                                      : e->by);
-    }
-    fprintf(stderr, "xmprun: note: no cgroup per worker here (%s)%s%s%s%s\n", why,
-            line[0] ? "; " : "", line, none[0] ? "; not enforced: " : "", none);
+    json_decref(sv->report.enforcement);
+    sv->report.enforcement =
+        xmp_enforce_json(&sv->plan, means, !sv->no_device_filter, why, say, sizeof(say));
+    /* Said once, at the start, where the watchdog keeps what cgroups would. */
+    if (sv->memwatch && !xmp_quiet(sv))
+        fprintf(stderr, "xmprun: note: %s\n", say);
 }
 
 /* isolation.devices: worker hides each worker's GPU from the others, which is what NCCL needs
@@ -397,14 +278,14 @@ xmp_sv_setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
 
     /* A job in a Slurm step stays in the step's cgroups: a scope from systemd would take it out
      * of the step's limits, accounting and end-of-job kill. */
-    if (manager == XMP_CGROUP_MANAGER_AUTO && in_slurm_step(sv))
+    if (manager == XMP_CGROUP_MANAGER_AUTO && sv->plan.slurm_step)
         manager = XMP_CGROUP_MANAGER_CGROUPFS;
     if (xmp_cgroup_detect(&sv->mode, err) < 0 || check_device_filter(sv, err) < 0 ||
         xmp_cgroup_create_job(sv->mode, manager, sv->plan.cgroup_name, &jl, &sv->job_cg, err) < 0 ||
         xmp_sv_create_worker_cgroups(sv, err) < 0 || create_zygote_cgroup(sv, err) < 0) {
         xmp_sv_destroy_cgroups(sv);
         sv->mode = XMP_CGROUP_MODE_NONE;
-        why = known_unwritable(sv, err);
+        why = xmp_enforce_no_cgroup(&sv->plan, err);
         if (sv->spec->cgroups == XMP_CGROUPS_AUTO && why != NULL) {
             run_without_cgroups(sv, why);
             xmp_error_clear(err);
@@ -412,14 +293,8 @@ xmp_sv_setup_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
         }
         if (sv->spec->cgroups == XMP_CGROUPS_REQUIRED || sv->spec->cgroups == XMP_CGROUPS_AUTO) {
             /* The cgroup layer's message says why; the advice fits the place. */
-            if (why != NULL) {
-                const char *fix = advice(sv, err);
-                size_t len = strlen(err->msg);
-                snprintf(err->msg + len, sizeof(err->msg) - len,
-                         "; %s%sor set isolation.cgroups: auto to run with xmprun's memory "
-                         "watchdog",
-                         fix != NULL ? fix : "", fix != NULL ? "; " : "");
-            }
+            if (why != NULL)
+                xmp_enforce_advise(&sv->plan, err);
             return -1;
         }
         if (!xmp_quiet(sv))

@@ -5,6 +5,7 @@
 #define XMP_SUPERVISOR_H
 
 #include "isolate/cgroup.h"
+#include "runner/plan/enforce.h"
 #include "runner/plan/host.h"
 #include "runner/plan/isolation.h"
 #include "runner/plan/nvml.h"
@@ -44,8 +45,6 @@ enum xmp_ev_kind {
     XMP_EV_MEMWATCH, /* the memory watchdog's timer (no writable cgroup) */
 };
 
-/* How often the memory watchdog samples the workers' memory (group_memwatch.c). */
-#define XMP_MEMWATCH_PERIOD_MS 100
 
 enum xmp_stop_reason {
     XMP_STOP_NONE = 0,
