@@ -54,11 +54,14 @@ if MODE == "share":
     else:
         DATA = bytearray(b"\x01" * (mib << 20))
     print("preloaded %d MiB" % mib, flush=True)
-    # On pure cgroup v2, the protection xmprun gives the zygote's pages (memory.min).
+    # On pure cgroup v2, the protection xmprun gives the zygote's pages (memory.min), where it
+    # made the zygote a cgroup (not where none could be written: the root has no memory.min).
     own = open("/proc/self/cgroup").read()
     if os.path.exists("/sys/fs/cgroup/cgroup.controllers") and own.startswith("0::"):
         path = "/sys/fs/cgroup" + own[3:].strip()
         for name in ("memory.min", "../memory.min"):
+            if not os.path.exists(os.path.join(path, name)):
+                continue
             with open(os.path.join(path, name)) as f:
                 print("zygote %s=%s" % (name, f.read().strip()), flush=True)
 
