@@ -23,7 +23,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -120,35 +119,6 @@ xmp_cg_free_cgroup(struct xmp_cgroup *cg)
     free(cg);
 }
 
-/* The message when xmprun may not write its own cgroup: why, and for a container what to do.
- * No strerror text is appended (errnum is kept), so that the advice fits in the message. A
- * user's access() is refused (EACCES) before the mount's read-only flag is looked at: a
- * read-only mount is EROFS whoever asks (a container's default, as root or not). */
-static int
-explain_access(struct xmp_error *err, int e, const char *dir)
-{
-    struct statvfs fs;
-
-    if ((e == EACCES || e == EPERM) && statvfs(dir, &fs) == 0 && (fs.f_flag & ST_RDONLY))
-        e = EROFS;
-    if (e == EROFS)
-        xmp_error_set(err, 0,
-                      "cannot create cgroups: the cgroup filesystem is mounted read-only (in a "
-                      "container: run with --cgroupns=private and a writable /sys/fs/cgroup, or "
-                      "--privileged)");
-    else if (e == EACCES || e == EPERM) {
-        /* A long path keeps only its end, marked as cut, so that the advice fits in the message
-         * even with a prefix. */
-        size_t len = strlen(dir);
-        xmp_error_set(err, 0, "cannot create cgroups in `%s%s`: not root and not delegated",
-                      len > 64 ? "..." : "", len > 64 ? dir + len - 61 : dir);
-    } else
-        return xmp_error_set(err, e, "cannot create cgroups in `%s`", dir);
-    if (err != NULL)
-        err->errnum = e;
-    return -1;
-}
-
 /* What xmp_cgroup_prepare left for the next create_job: whether it ran, and cgroup_init's
  * return. */
 static bool lc_prepared;
@@ -197,14 +167,9 @@ xmp_cg_create_job_fs(enum xmp_cgroup_mode mode, const char *name, const struct x
         return -1;
     }
     xmp_cg_use_visible_mounts(layout, ret == 0);
-    for (size_t i = 0; i < layout->n; i++) {
-        char base[XMP_CG_PATH];
-        xmp_cg_own_dir(&layout->h[i], base, sizeof(base));
-        if (access(base, W_OK) < 0) {
-            int e = errno;
-            free(layout);
-            return explain_access(err, e, base);
-        }
+    if (xmp_cg_check_own_dirs(layout, err) < 0) {
+        free(layout);
+        return -1;
     }
     if (xmp_cg_new_cgroup(layout, NULL, name, &cg, err) < 0) {
         free(layout);
@@ -222,7 +187,7 @@ xmp_cg_create_job_fs(enum xmp_cgroup_mode mode, const char *name, const struct x
             (err->errnum == EACCES || err->errnum == EPERM || err->errnum == EROFS)) {
             char base[XMP_CG_PATH];
             xmp_cg_own_dir(&layout->h[0], base, sizeof(base));
-            explain_access(err, err->errnum, base);
+            xmp_cg_explain_access(err, err->errnum, base);
         }
         xmp_cg_free_cgroup(cg);
         return -1;

@@ -205,6 +205,11 @@ bool xmp_cgroup_enclosing_limit(const struct xmp_cgroup *job, int64_t *limit, ch
  * xmp_cgroup_abandon, never destroyed (it is not xmprun's to remove). */
 int xmp_cgroup_observe(enum xmp_cgroup_mode mode, struct xmp_cgroup **out, struct xmp_error *err);
 
+/* Whether the job's cgroups could be made below the observed cgroup (xmprun may write it in
+ * every hierarchy), without making any: -1 with the reason create_job would give (EROFS for a
+ * read-only cgroupfs, EACCES/EPERM without the right). For `xmprun plan`. */
+int xmp_cgroup_check_writable(const struct xmp_cgroup *observed, struct xmp_error *err);
+
 /* The job cgroup's path in each hierarchy it has a directory in, as /proc/self/cgroup shows it
  * (so that an admin finds it from the host): hier is the hierarchy's controllers as
  * /proc/self/cgroup lists them ("memory", "cpu,cpuacct"), or "unified" for cgroup2. Returns

@@ -270,6 +270,12 @@ int xmp_cg_create_job_fs(enum xmp_cgroup_mode mode, const char *name,
 /* Shared by cgroup.c and cgroup_gc.c (the collector of what dead jobs left, which builds cgroup
  * objects of their directories to kill and remove). */
 void xmp_cg_own_dir(const struct xmp_cg_hier *h, char *buf, size_t size);
+/* Whether xmprun may write its own cgroup in every hierarchy of the layout: -1 with why (EROFS
+ * for a read-only mount, EACCES/EPERM without the right) where it may not. */
+int xmp_cg_check_own_dirs(const struct xmp_cg_layout *layout, struct xmp_error *err);
+/* The message for an access error e on dir (xmprun's own cgroup): why, and for a read-only
+ * cgroupfs what a container needs; errnum is e (EROFS for a read-only mount). Returns -1. */
+int xmp_cg_explain_access(struct xmp_error *err, int e, const char *dir);
 int xmp_cg_new_cgroup(struct xmp_cg_layout *layout, struct xmp_cgroup *parent, const char *rel,
                       struct xmp_cgroup **out, struct xmp_error *err);
 void xmp_cg_free_cgroup(struct xmp_cgroup *cg);

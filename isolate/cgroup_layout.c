@@ -1,6 +1,7 @@
 /* cgroups: the layout. The mode (unified, hybrid, legacy), the hierarchies xmprun uses with their
  * mounts, roots and xmprun's own cgroup in each, from /proc/self/cgroup and mountinfo; mounts
- * that another mount hides; and releasing what libcgroup's mount scan keeps. */
+ * that another mount hides; whether xmprun may write its own cgroup, and why not; and releasing
+ * what libcgroup's mount scan keeps. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* cpu_set_t macros */
 #endif
@@ -23,6 +24,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 /* ---- layout ---- */
@@ -323,4 +325,45 @@ xmp_cg_note_hidden(struct xmp_error *err, const struct xmp_cg_layout *l)
                   "set isolation.cgroups: optional",
                   l->hidden);
     err->errnum = ENODEV;
+}
+
+/* The message when xmprun may not write its own cgroup: why, and for a container what to do.
+ * No strerror text is appended (errnum is kept), so that the advice fits in the message. A
+ * user's access() is refused (EACCES) before the mount's read-only flag is looked at: a
+ * read-only mount is EROFS whoever asks (a container's default, as root or not). */
+int
+xmp_cg_explain_access(struct xmp_error *err, int e, const char *dir)
+{
+    struct statvfs fs;
+
+    if ((e == EACCES || e == EPERM) && statvfs(dir, &fs) == 0 && (fs.f_flag & ST_RDONLY))
+        e = EROFS;
+    if (e == EROFS)
+        xmp_error_set(err, 0,
+                      "cannot create cgroups: the cgroup filesystem is mounted read-only (in a "
+                      "container: run with --cgroupns=private and a writable /sys/fs/cgroup, or "
+                      "--privileged)");
+    else if (e == EACCES || e == EPERM) {
+        /* A long path keeps only its end, marked as cut, so that the advice fits in the message
+         * even with a prefix. */
+        size_t len = strlen(dir);
+        xmp_error_set(err, 0, "cannot create cgroups in `%s%s`: not root and not delegated",
+                      len > 64 ? "..." : "", len > 64 ? dir + len - 61 : dir);
+    } else
+        return xmp_error_set(err, e, "cannot create cgroups in `%s`", dir);
+    if (err != NULL)
+        err->errnum = e;
+    return -1;
+}
+
+int
+xmp_cg_check_own_dirs(const struct xmp_cg_layout *layout, struct xmp_error *err)
+{
+    for (size_t i = 0; i < layout->n; i++) {
+        char base[XMP_CG_PATH];
+        xmp_cg_own_dir(&layout->h[i], base, sizeof(base));
+        if (access(base, W_OK) < 0)
+            return xmp_cg_explain_access(err, errno, base);
+    }
+    return 0;
 }

@@ -395,3 +395,9 @@ xmp_cgroup_observe(enum xmp_cgroup_mode mode, struct xmp_cgroup **out, struct xm
     *out = cg;
     return 0;
 }
+
+int
+xmp_cgroup_check_writable(const struct xmp_cgroup *observed, struct xmp_error *err)
+{
+    return xmp_cg_check_own_dirs(observed->layout, err);
+}

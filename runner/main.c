@@ -1,6 +1,7 @@
 /* xmprun's command line: parses options, dispatches to validate / plan / run / gc, prints errors
  * and picks the exit status. Nothing below this file prints errors or exits. */
 #include "isolate/error.h"
+#include "runner/plan/enforce.h"
 #include "runner/plan/host.h"
 #include "runner/plan/plan.h"
 #include "runner/report/report_load.h"
@@ -284,6 +285,8 @@ cmd_plan(struct cli *cli)
     for (char **w = plan.warnings; w != NULL && *w != NULL; w++)
         fprintf(stderr, "xmprun: warning: %s\n", *w);
     json_t *j = xmp_plan_to_json(&plan, &host);
+    if (j != NULL)
+        json_object_set_new(j, "enforcement", xmp_enforce_predict(&plan));
     if (j == NULL || json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) < 0) {
         xmp_error_set(&err, errno, "write the plan");
         json_decref(j);

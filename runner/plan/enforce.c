@@ -120,3 +120,35 @@ xmp_enforce_json(const struct xmp_plan *plan, enum xmp_enforce_means means, bool
                  kept[0] ? "; " : "", kept, none[0] ? "; not enforced: " : "", none);
     return o;
 }
+
+json_t *
+xmp_enforce_predict(const struct xmp_plan *plan)
+{
+    const struct xmp_spec *spec = plan->spec;
+    enum xmp_cgroup_mode mode = XMP_CGROUP_MODE_NONE;
+    struct xmp_cgroup *own = NULL;
+    struct xmp_error err = {0};
+    const char *why = NULL;
+    bool writable;
+
+    if (spec->cgroups == XMP_CGROUPS_OFF)
+        return xmp_enforce_json(plan, XMP_ENFORCE_NONE, false, "isolation.cgroups is off", NULL, 0);
+    writable = xmp_cgroup_detect(&mode, &err) == 0 && mode != XMP_CGROUP_MODE_NONE &&
+               xmp_cgroup_observe(mode, &own, &err) == 0 &&
+               xmp_cgroup_check_writable(own, &err) == 0;
+    xmp_cgroup_abandon(own);
+    /* Where the own cgroup may not be written on a systemd host, the run asks systemd for a
+     * scope (never in a Slurm step, nor for a read-only cgroupfs). */
+    if (!writable && mode == XMP_CGROUP_MODE_UNIFIED && err.errnum != EROFS && !plan->slurm_step &&
+        spec->cgroup_manager != XMP_CGROUP_MANAGER_CGROUPFS &&
+        access("/run/systemd/system", F_OK) == 0)
+        writable = true;
+    if (!writable)
+        why = xmp_enforce_no_cgroup(plan, &err);
+    if (writable || why == NULL) /* cgroups, or a refusal that names its reason at run time */
+        return xmp_enforce_json(plan, XMP_ENFORCE_CGROUPS,
+                                xmp_priv_admin() || mode == XMP_CGROUP_MODE_LEGACY, NULL, NULL, 0);
+    return xmp_enforce_json(
+        plan, spec->cgroups == XMP_CGROUPS_AUTO ? XMP_ENFORCE_WATCHDOG : XMP_ENFORCE_NONE, false,
+        why, NULL, 0);
+}

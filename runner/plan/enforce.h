@@ -36,4 +36,9 @@ void xmp_enforce_advise(const struct xmp_plan *plan, struct xmp_error *err);
 json_t *xmp_enforce_json(const struct xmp_plan *plan, enum xmp_enforce_means means,
                          bool device_filter, const char *why, char *say, size_t say_size);
 
+/* What the run would give, told without making a cgroup (for `xmprun plan`): whether xmprun may
+ * write its own cgroup here, or else ask systemd for a scope, and otherwise the place's reason,
+ * as the enforcement object above. */
+json_t *xmp_enforce_predict(const struct xmp_plan *plan);
+
 #endif

@@ -255,3 +255,32 @@ Test(unprivileged, enclosing_limit_is_named_without_a_cgroup_of_our_own, .timeou
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
+
+/* `xmprun plan` says how each limit will be kept, as the run's report does: by a cgroup as root,
+ * by the watchdog and affinity as the regular user, without making a cgroup. */
+Test(unprivileged, plan_says_how_each_limit_will_be_kept, .timeout = 60)
+{
+    struct e2e e;
+    e2e_init(&e);
+    uid_t uid = regular_user(&e);
+    over_limit_spec(&e);
+    char script[512];
+    snprintf(script, sizeof(script),
+             "\"$XMPRUN\" plan \"$SPEC\" > \"$DIR/root.json\" && setpriv --reuid=%u --regid=%u "
+             "--clear-groups \"$XMPRUN\" plan \"$SPEC\" > \"$DIR/user.json\"",
+             (unsigned)uid, (unsigned)getpwuid(uid)->pw_gid);
+    cr_assert_eq(e2e_sh(&e, 60, script), 0, "stderr:\n%s", e.r.err);
+    json_error_t jerr;
+    json_t *root = json_load_file(e2e_path(&e, "root.json"), 0, &jerr);
+    json_t *user = json_load_file(e2e_path(&e, "user.json"), 0, &jerr);
+    cr_assert_not_null(root);
+    cr_assert_not_null(user);
+    json_t *r = json_object_get(json_object_get(root, "enforcement"), "resources.worker.memory");
+    json_t *u = json_object_get(json_object_get(user, "enforcement"), "resources.worker.memory");
+    cr_assert_str_eq(e2e_str(r, "by"), "cgroup");
+    cr_assert_str_eq(e2e_str(u, "by"), "watchdog");
+    cr_assert_not_null(strstr(e2e_str(u, "why"), "no delegated cgroup"), "%s", e2e_str(u, "why"));
+    json_decref(root);
+    json_decref(user);
+    e2e_fini(&e);
+}
