@@ -675,6 +675,7 @@ xmp_plan_build(const struct xmp_spec *spec, const struct xmp_host *host, char *c
     }
     plan.n_workers = n_workers;
     xmp_plan_check_allocation(spec, envp, per, &plan);
+    xmp_plan_check_shm(envp, &plan);
     if (assign_cpusets(spec, host, sel, per, n_workers, plan.kind, sets, has, err) < 0)
         goto fail;
     for (size_t i = 0; i < n_workers; i++) {

@@ -43,6 +43,10 @@ int xmp_plan_check_one_per_node(char *const *envp, struct xmp_error *err);
 /* Adds warnings where this node's workers disagree with Slurm's allocation of it. */
 void xmp_plan_check_allocation(const struct xmp_spec *spec, char *const *envp, size_t per,
                                struct xmp_plan *plan);
+/* Warns where /dev/shm holds less than the cuda workers need (XMPRUN_SHM_PER_WORKER each,
+ * 256Mi by default): a container's 64 MiB default is outgrown by NCCL's shared-memory transport
+ * and PyTorch's DataLoader, which then die of SIGBUS. */
+void xmp_plan_check_shm(char *const *envp, struct xmp_plan *plan);
 /* TORCHELASTIC_RUN_ID: distributed.run_id, else SLURM_JOB_ID, else the job name. */
 int xmp_plan_resolve_run_id(const struct xmp_spec *spec, char *const *envp, struct xmp_plan *plan,
                             struct xmp_error *err);

@@ -1,10 +1,12 @@
-/* The plan across nodes: node count and rank, the master address, the run id, and what Slurm's
- * allocation says about this node (one xmprun per node, the worker count it was given). */
+/* The plan across nodes: node count and rank, the master address, the run id, and what this
+ * node gives the job: Slurm's allocation (one xmprun per node, the worker count it was given)
+ * and /dev/shm's size. */
 #define _GNU_SOURCE
 #include "runner/plan/plan.h"
 
 #include "runner/plan/hostlist.h"
 #include "runner/plan/plan_internal.h"
+#include "runner/spec/quantity.h"
 #include "runner/util/strv.h"
 
 #include <ctype.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 /* Parses a non-negative integer from an environment variable, naming it on error. */
 static int
@@ -219,4 +222,33 @@ xmp_plan_resolve_run_id(const struct xmp_spec *spec, char *const *envp, struct x
         v = plan->job_name;
     plan->run_id = strdup(v);
     return plan->run_id != NULL ? 0 : xmp_error_set(err, ENOMEM, "strdup");
+}
+
+void
+xmp_plan_check_shm(char *const *envp, struct xmp_plan *plan)
+{
+    const char *per = xmp_plan_getenv(envp, "XMPRUN_SHM_PER_WORKER");
+    int64_t each = 256LL << 20, size;
+    char msg[128];
+    struct statvfs fs;
+
+    if (plan->kind != XMP_DEVICE_CUDA || plan->local_world_size < 1)
+        return;
+    if (per != NULL && xmp_parse_memory(per, &each, msg, sizeof(msg)) < 0) {
+        add_warning(plan, "XMPRUN_SHM_PER_WORKER=%s: %s; using 256Mi", per, msg);
+        each = 256LL << 20;
+    }
+    if (each <= 0 || statvfs("/dev/shm", &fs) < 0)
+        return;
+    size = (int64_t)fs.f_blocks * (int64_t)fs.f_frsize;
+    if (size >= each * plan->local_world_size)
+        return;
+    add_warning(plan,
+                "/dev/shm holds %lld MiB, less than the %lld MiB that %d cuda workers need (%lld "
+                "MiB each, XMPRUN_SHM_PER_WORKER): NCCL's shared-memory transport and PyTorch's "
+                "DataLoader die of SIGBUS when it is full; give the container a larger /dev/shm "
+                "(docker/podman run --shm-size, or a Kubernetes emptyDir with medium: Memory at "
+                "/dev/shm)",
+                (long long)(size >> 20), (long long)((each * plan->local_world_size) >> 20),
+                plan->local_world_size, (long long)(each >> 20));
 }

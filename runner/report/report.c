@@ -314,7 +314,7 @@ describe(const struct xmp_worker_report *w, const char *who, char *buf, size_t s
     /* A refused fork shows only as "Cannot fork" in its stderr, if the program says anything;
      * pids.events says it for sure. The count is of forks in the worker's own cgroup, whichever
      * limit refused them: the worker's if it has one, else the job's. */
-    snprintf(notes, sizeof(notes), "%s", oom_note);
+    snprintf(notes, sizeof(notes), "%s%s", oom_note, w->signal_cause);
     if (w->pids_hits > 0 && (w->pids_limit > 0 || w->job_pids_limit > 0)) {
         size_t len = strlen(notes);
         if (w->pids_limit > 0)

@@ -125,6 +125,9 @@ struct xmp_worker_report {
      * (borrowed; NULL otherwise) and the syscall's name when the kernel's audit record gave it. */
     const char *seccomp_profile;
     char seccomp_syscall[64];
+    /* Why its signal came, where xmprun could tell ("" otherwise), appended to its root cause:
+     * a SIGBUS with /dev/shm full or small. */
+    char signal_cause[256];
     char log_error[512]; /* "" or why its logs.dir file stops short (a full disk) */
     /* Where its threads were when xmprun stopped it (owned, NULL when it ended by itself), and
      * the text file beside the report that holds them ("" when none was written). */

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -136,6 +137,34 @@ xmp_grp_wait_worker(const struct xmp_worker *w, int options, siginfo_t *si, stru
     return ret;
 }
 
+/* A SIGBUS is what a process gets when it writes to shared memory that /dev/shm has no room
+ * for: NCCL's shared-memory transport and PyTorch's DataLoader die of it in a container whose
+ * /dev/shm is Docker's 64 MiB. Said when /dev/shm is full now, or that small (what the worker
+ * held there may have been freed with it). */
+static void
+explain_sigbus(struct xmp_worker_report *rep)
+{
+    struct statvfs fs;
+    char size[32];
+
+    rep->signal_cause[0] = '\0';
+    if (statvfs("/dev/shm", &fs) < 0)
+        return;
+    int64_t total = (int64_t)fs.f_blocks * (int64_t)fs.f_frsize;
+    int64_t avail = (int64_t)fs.f_bavail * (int64_t)fs.f_frsize;
+    xmp_format_bytes(total, size, sizeof(size));
+    if (avail < total / 20 || avail < (1 << 20))
+        snprintf(rep->signal_cause, sizeof(rep->signal_cause),
+                 ": /dev/shm (%s) is full, and writing to shared memory there kills with SIGBUS "
+                 "(give the container a larger --shm-size)",
+                 size);
+    else if (total < (256LL << 20))
+        snprintf(rep->signal_cause, sizeof(rep->signal_cause),
+                 ": /dev/shm holds only %s, and a full /dev/shm kills with SIGBUS (NCCL, "
+                 "PyTorch's DataLoader; give the container a larger --shm-size)",
+                 size);
+}
+
 /* What the reap's status says the worker's end was; an OOM kill is told from a SIGKILL once
  * its cgroup's counters are read (account_worker). */
 static enum xmp_worker_state
@@ -210,6 +239,8 @@ account_worker(struct xmp_supervisor *sv, struct xmp_worker *w)
         rep->seccomp_profile = sv->iso.kill_label;
         xmp_seccomp_killed_by(rep->pid, rep->seccomp_syscall, sizeof(rep->seccomp_syscall));
     }
+    if (rep->state == XMP_WORKER_SIGNALED && rep->signal == SIGBUS)
+        explain_sigbus(rep);
     read_error_file(rep, sv->run_fd, w->pw->error_file);
     if (sv->opts != NULL && sv->opts->verbosity > 0) {
         char msg[512];

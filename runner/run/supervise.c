@@ -363,6 +363,26 @@ remove_run_dir(struct xmp_supervisor *sv)
     rmdir(sv->plan.run_dir);
 }
 
+/* Kubernetes shows a container's termination message (kubectl describe pod, the pod's status)
+ * from /dev/termination-log, or the terminationMessagePath the pod names (say it in
+ * XMPRUN_TERMINATION_LOG): where that file exists and the job failed, the root cause goes there.
+ * It is never created, and a link planted there is not followed. */
+static void
+write_termination_message(const struct xmp_supervisor *sv)
+{
+    const char *path = getenv("XMPRUN_TERMINATION_LOG");
+    int fd;
+
+    if (sv->report.cause == XMP_CAUSE_NONE)
+        return;
+    fd = open(path != NULL && path[0] != '\0' ? path : "/dev/termination-log",
+              O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    dprintf(fd, "xmprun: exit status %d: %s\n", sv->report.exit_code, sv->report.cause_message);
+    close(fd);
+}
+
 /* Says what the consoles could not show, then writes what they still hold and the summary, all
  * (and why the report is missing, if it is) through the consoles: a stalled reader holds xmprun's
  * exit for XMP_CONSOLE_STALL_MS at most, and a slow one still gets everything, in order. */
@@ -586,6 +606,7 @@ done:
     /* A job that succeeded but whose report is lost is not a success (SPEC.md section 5). */
     if (report_lost && sv.report.exit_code == 0)
         sv.report.exit_code = 125;
+    write_termination_message(&sv);
     finish_consoles(&sv, report_lost ? err.msg : NULL);
     status = sv.report.exit_code;
     cleanup(&sv);

@@ -526,3 +526,33 @@ Test(failures, gpu_fault_from_the_kernel_log_is_named_first, .timeout = 60)
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
+
+/* Kubernetes' termination message: where its file exists, a failed job's root cause goes there
+ * (kubectl describe pod shows it); where it does not, nothing is created. */
+Test(failures, the_root_cause_is_the_termination_message, .timeout = 60)
+{
+    struct e2e e;
+    e2e_init(&e);
+    e2e_spec(&e, "version: 1\n"
+                 "name: termlog\n"
+                 "workers: 2\n"
+                 "devices: {kind: cpu}\n"
+                 "command: 'if [ \"$RANK\" = 1 ]; then exit 3; fi; exec %1$s sleep 30'\n");
+    cr_assert_eq(
+        e2e_sh(&e, 60,
+               ": > \"$DIR/termination-log\" && XMPRUN_TERMINATION_LOG=\"$DIR/termination-log\" "
+               "\"$XMPRUN\" -q --report \"$REPORT\" \"$SPEC\""),
+        3);
+    char *text = xt_read_file(e2e_path(&e, "termination-log"));
+    cr_assert_not_null(text);
+    cr_assert_str_eq(text, "xmprun: exit status 3: worker 1 (cpu) exited with status 3\n");
+    free(text);
+    cr_assert_eq(e2e_sh(&e, 60,
+                        "XMPRUN_TERMINATION_LOG=\"$DIR/absent\" \"$XMPRUN\" -q --report "
+                        "\"$REPORT\" \"$SPEC\""),
+                 3);
+    cr_assert_null(xt_read_file(e2e_path(&e, "absent")), "a termination log was created");
+    e2e_load_report(&e);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
