@@ -5,7 +5,8 @@
 # the default spec runs; a worker over its 128Mi is stopped by xmprun's memory watchdog with that
 # limit named (137); a worker within its own 1Gi that takes the container over --memory 512m is
 # named at the container's limit (137); isolation.cgroups: required refuses (125) with advice
-# for a container. xmprun's binary and libraries are mounted into the image read-only (the
+# for a container; a cuda job (on the 4-GPU fixture host) is warned of the default 64 MiB
+# /dev/shm before it starts. xmprun's binary and libraries are mounted into the image read-only (the
 # image is Debian minbase, the same release as this host).
 #
 # Needs the Docker of ../shared/tools/docker-setup.sh and the Podman of podman-setup.sh (.ci/run
@@ -53,12 +54,21 @@ devices: {kind: cpu}
 command: ['/x/tests/probe', alloc, '700', '30']
 resources: {worker: {memory: 1Gi}}
 EOF
-# run USER JOB [ARGS...]: the job in a container with the engine's defaults and --memory 512m.
+cat >"$work/gpu.yaml" <<'EOF'
+version: 1
+name: dkgpu
+devices: {kind: cuda}
+command: [/bin/true]
+resources: {worker: {cpuset: none}}
+EOF
+# run USER JOB [ARGS...]: the job in a container with the engine's defaults and --memory 512m
+# ($xenv: one more variable for xmprun).
 run() {
     local user=$1 job=$2
     shift 2
     timeout 120 $engine run --rm --memory 512m --memory-swap 512m --user "$user" \
-        -v "$build:/x:ro" -v "$libdir:/hostlib:ro" -e LD_LIBRARY_PATH=/hostlib \
+        -v "$build:/x:ro" -v "$libdir:/hostlib:ro" -e LD_LIBRARY_PATH=/hostlib ${xenv:+-e "$xenv"} \
+        -v "$XMPRUN_SOURCE_DIR/tests/fixtures/hosts/gpu4:/gpu4:ro" \
         -v "$work:/d" -w /d "$image" /x/xmprun --report "/d/$job.json" "$@" "/d/$job.yaml" \
         >"$work/out" 2>&1
 }
@@ -96,6 +106,10 @@ for who in 0 1000; do
     rc=$?
     [ $rc = 125 ] || fail "required: exit $rc: $(cat "$work/out")"
     grep -q -- '--privileged' "$work/out" || fail "required: no container advice: $(cat "$work/out")"
+
+    xenv=XMPRUN_HOST_ROOT=/gpu4 run "$who" gpu || fail "the cuda job: $(cat "$work/out")"
+    grep -Eq 'warning: /dev/shm holds 6[0-9] MiB, less than the 1024 MiB that 4 cuda workers need' \
+        "$work/out" || fail "the 64 MiB /dev/shm is not named: $(cat "$work/out")"
 done
 done
 exit $status
