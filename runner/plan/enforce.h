@@ -12,8 +12,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* How often the memory watchdog samples the workers' memory (runner/run/group_memwatch.c). */
+/* How often the memory watchdog samples the workers' memory (runner/run/group_memwatch.c), and
+ * how much of one CPU (percent) start: fork's page-table walks may take between the samples. */
 #define XMP_MEMWATCH_PERIOD_MS 100
+#define XMP_MEMWATCH_MAX_LOAD  5
 
 /* What keeps the limits: the workers' cgroups, the watchdog (no writable cgroup here), or
  * nothing (isolation.cgroups: off, or optional without cgroups). */

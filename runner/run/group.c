@@ -433,6 +433,8 @@ prepare_run(struct xmp_supervisor *sv)
         w->pid = 0;
         w->pidfd = -1;
         w->mem_over = false;
+        w->mw_private = w->mw_anon = 0;
+        w->mw_tree = 0;
         w->spawned = (struct xmp_spawned){.pidfd = -1, .status_fd = -1, .gate_fd = -1};
         w->running = w->start_failed = w->stop_sent = false;
         w->out = (struct xmp_stream){.fd = -1, .log_fd = -1};

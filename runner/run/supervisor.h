@@ -45,7 +45,6 @@ enum xmp_ev_kind {
     XMP_EV_MEMWATCH, /* the memory watchdog's timer (no writable cgroup) */
 };
 
-
 enum xmp_stop_reason {
     XMP_STOP_NONE = 0,
     XMP_STOP_FAILURE,
@@ -70,6 +69,11 @@ struct xmp_worker {
     bool hung;                  /* the hang watchdog stopped the job for it */
     bool unkillable;            /* SIGKILL did not end it: left behind, unreaped */
     bool mem_over;              /* the memory watchdog stopped it at a memory limit */
+    /* start: fork's memory watchdog (group_memwatch.c): its tree's private pages at the last
+     * walk, its RssAnon then, and which processes it held then (0: not walked yet). */
+    int64_t mw_private;
+    int64_t mw_anon;
+    uint64_t mw_tree;
     /* The hang watchdog (group_watch.c): its last output (as the pipes saw it), the earliest
      * its CPU time can have last grown (the check before the one that saw it grow), and the CPU
      * time that check read (-1: none yet). */
@@ -130,6 +134,8 @@ struct xmp_supervisor {
      * -1), and xmprun's own cgroup is observed (own_cg) to name an enclosing limit that fired. */
     bool memwatch;
     int memwatch_fd;
+    size_t mw_turn;     /* start: fork: the worker whose walk is next in turn */
+    int64_t mw_walk_at; /* and when (CLOCK_MONOTONIC ns) the budget allows it */
     struct xmp_cgroup *own_cg;
     char no_cgroup_why[256]; /* why no cgroup could be written here, in words */
     struct xmp_nvml *nvml;   /* loaded at the first sample, kept to the end; NULL */
