@@ -284,3 +284,37 @@ Test(unprivileged, plan_says_how_each_limit_will_be_kept, .timeout = 60)
     json_decref(user);
     e2e_fini(&e);
 }
+
+/* A worker whose pages cannot be counted (non-dumpable: smaps_rollup needs ptrace access, which
+ * its own user then lacks) has its memory limit "not enforced" with the reason, in the report and
+ * on stderr: never a silent 0. */
+Test(unprivileged, an_unreadable_worker_is_said_to_be_unmeasured, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    uid_t uid = regular_user(&e);
+    if (access(PY, X_OK) != 0)
+        cr_skip_test(PY " is not installed");
+    char *zygote = xt_write_file(e.dir, "zygote.py",
+                                 "import ctypes, time\n"
+                                 "import xmprun\n"
+                                 "def work(index):\n"
+                                 "    ctypes.CDLL(None).prctl(4, 0)  # PR_SET_DUMPABLE, 0\n"
+                                 "    time.sleep(1)\n"
+                                 "xmprun.spawn(work)\n");
+    char *text = NULL;
+    cr_assert(asprintf(&text,
+                       "version: 1\nname: nodump\nstart: fork\nworkers: 1\ndevices: {kind: cpu}\n"
+                       "resources: {worker: {memory: 128Mi}}\ncommand: [" PY ", '%s']\n",
+                       zygote) > 0);
+    e2e_set_spec(&e, text);
+    cr_assert_eq(run_as_user(&e, uid, ""), 0, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    const char *why = e2e_str(json_object_get(e2e_worker(&e, 0), "memory"), "not_measured");
+    cr_assert_not_null(strstr(why, "could not be read"), "%s", why);
+    cr_assert_not_null(strstr(why, "its memory limit is not enforced"), "%s", why);
+    cr_assert_not_null(strstr(e.r.err, "xmprun: warning: worker 0: /proc/"), "%s", e.r.err);
+    free(zygote);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
