@@ -21,7 +21,8 @@
 
 /* CPU time below 1% of one CPU between two checks is no progress: an idle PyTorch worker's
  * background threads (gloo's and NCCL's watchdogs and pollers) use about 0.2% while its main
- * thread waits in a collective or sleeps. */
+ * thread waits in a collective or sleeps. Nor is one clock tick, /proc's resolution (10 ms, 1%
+ * of the 1 s period): a worker using 0.2% crosses one now and then. */
 #define IDLE_CPU_DIVISOR 100
 
 /* How deep the /proc walk of a worker without a cgroup goes below it. */
@@ -168,7 +169,8 @@ xmp_grp_watch_tick(struct xmp_supervisor *sv, int64_t now)
         cpu = worker_cpu_usec(w);
         if (cpu >= 0) {
             int64_t grew = cpu - (w->cpu_usec >= 0 ? w->cpu_usec : 0);
-            if (grew > (now - sv->watch_prev_ns) / 1000 / IDLE_CPU_DIVISOR)
+            int64_t idle = (now - sv->watch_prev_ns) / 1000 / IDLE_CPU_DIVISOR;
+            if (grew > idle && grew > 1000000 / sysconf(_SC_CLK_TCK))
                 w->cpu_ns = sv->watch_prev_ns;
             w->cpu_usec = cpu;
         }

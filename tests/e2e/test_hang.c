@@ -76,14 +76,18 @@ other_is_not_hung(const char *first, const char *other, const char *cgroups)
     e2e_fini(&e);
 }
 
-/* Output alone is progress: without cgroups, a Python loop that prints every 0.3 s uses too
- * little CPU for /proc's clock ticks to show (rank 0 burns CPU, silently, before it hangs). */
+/* Output alone is progress: without cgroups, a Python loop that prints every second uses too
+ * little CPU for /proc's clock ticks to show. Rank 0 burns CPU, silently, for 1.5 s once rank 1's
+ * loop has started (its file `ready`), then hangs: rank 1's start-up, slow on a loaded machine,
+ * is over before rank 0's last progress, so a watchdog blind to output names rank 1. */
 Test(hang, a_worker_that_prints_is_not_hung, .timeout = 120)
 {
-    other_is_not_hung("timeout 1.5 sh -c \"while :; do :; done\"",
-                      "exec /usr/bin/python3 -c \"import itertools, time; [(print(1, flush=True), "
-                      "time.sleep(0.3)) for _ in itertools.count()]\"",
-                      "off");
+    other_is_not_hung(
+        "while [ ! -e ready ]; do sleep 0.1; done; timeout 1.5 sh -c \"while :; do :; "
+        "done\"",
+        "exec /usr/bin/python3 -c \"import time; open(''ready'', ''w'').close(); "
+        "[(print(1, flush=True), time.sleep(1)) for _ in iter(int, 1)]\"",
+        "off");
 }
 
 /* CPU time alone is progress: a silent busy loop, counted by its cgroup (rank 0 prints,
