@@ -178,10 +178,14 @@ on_frame(Dwfl_Frame *state, void *arg)
 static size_t
 stop_threads(struct xmp_stack_proc *p, bool *seized, bool *stopped, int64_t deadline_ns)
 {
-    size_t n_seized = 0, n_stopped = 0;
+    size_t n_seized = 0, n_stopped = 0, n_gone = 0;
 
     for (size_t i = 0; i < p->n_threads; i++) {
         struct xmp_stack_thread *t = &p->threads[i];
+        if (t->state == 'Z' || t->state == 'X') {
+            snprintf(t->note, sizeof(t->note), "exited: no stack");
+            continue;
+        }
         if (t->state == 'D') {
             snprintf(t->note, sizeof(t->note), "in D state (uninterruptible): not stopped");
             continue;
@@ -194,19 +198,27 @@ stop_threads(struct xmp_stack_proc *p, bool *seized, bool *stopped, int64_t dead
         n_seized++;
         ptrace(PTRACE_INTERRUPT, t->tid, 0, 0);
     }
-    /* WSTOPPED without WEXITED: never reap the worker itself (its exit is the supervisor's). */
-    while (n_stopped < n_seized && xmp_stacks_now_ns() < deadline_ns) {
+    /* WSTOPPED without WEXITED: never reap the worker itself (its exit is the supervisor's). A
+     * thread that is exiting (a zombie, or dead) never stops: it is not waited for. */
+    while (n_stopped + n_gone < n_seized && xmp_stacks_now_ns() < deadline_ns) {
         for (size_t i = 0; i < p->n_threads; i++) {
+            struct xmp_stack_thread *t = &p->threads[i];
             siginfo_t si = {0};
-            if (!seized[i] || stopped[i])
+            if (!seized[i] || stopped[i] || t->state == 'Z' || t->state == 'X')
                 continue;
-            if (waitid(P_PID, (id_t)p->threads[i].tid, &si, WSTOPPED | WNOHANG | __WALL) == 0 &&
+            if (waitid(P_PID, (id_t)t->tid, &si, WSTOPPED | WNOHANG | __WALL) == 0 &&
                 si.si_pid != 0) {
                 stopped[i] = true;
                 n_stopped++;
+                continue;
+            }
+            read_thread_stat(p->pid, t);
+            if (t->state == 'Z' || t->state == 'X') {
+                snprintf(t->note, sizeof(t->note), "exited before it stopped");
+                n_gone++;
             }
         }
-        if (n_stopped < n_seized)
+        if (n_stopped + n_gone < n_seized)
             usleep(500);
     }
     return n_seized;

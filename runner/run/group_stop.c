@@ -96,13 +96,46 @@ xmp_grp_capture_stacks(struct xmp_supervisor *sv)
     free(idx);
 }
 
+/* A worker's failure that says what happened in its own words (an exit status, an OOM kill of
+ * its cgroup; the traceback or error file come with the status) leaves little for its peers'
+ * stacks to add, and they would delay the stop: on_failure.stacks: auto leaves them out then. A
+ * death by any other signal (SIGSEGV, a SIGKILL from outside) is worth them. */
+static bool
+stacks_wanted(const struct xmp_supervisor *sv, enum xmp_stop_reason reason)
+{
+    if (sv->spec->stacks != XMP_STACKS_AUTO)
+        return sv->spec->stacks == XMP_STACKS_ALWAYS;
+    if (reason != XMP_STOP_FAILURE)
+        return true;
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        const struct xmp_worker *w = &sv->workers[i];
+        struct xmp_cgroup_stats st;
+        struct xmp_error err = {0};
+        if (w->running || w->stop_sent || w->rep == NULL || !xmp_worker_failed(w->rep) ||
+            w->rep->state != XMP_WORKER_SIGNALED)
+            continue;
+        /* Its OOM kill is only counted later (account_worker): its cgroup says it now. */
+        if (w->rep->signal == SIGKILL && w->cg != NULL &&
+            xmp_cgroup_read_stats(w->cg, &st, &err) == 0 && st.oom_kills > 0)
+            continue;
+        return true;
+    }
+    return false;
+}
+
 void
 xmp_grp_stop_all(struct xmp_supervisor *sv, enum xmp_stop_reason reason, int sig)
 {
-    /* Where they are, before the signal changes it; the grace starts after. */
-    xmp_grp_capture_stacks(sv);
     if (sv->stopping == XMP_STOP_NONE)
         sv->stopping = reason;
+    /* The workers that have ended already (every rank of a job with a typo ends at once) ended
+     * of themselves, not of this stop: reaped now, each keeps its own status, and a zombie has
+     * no stack to take. Their failures do not stop the job again: it is stopping. */
+    for (size_t i = 0; i < sv->n_workers; i++)
+        xmp_grp_try_reap(sv, &sv->workers[i]);
+    /* Where they are, before the signal changes it; the grace starts after. */
+    if (stacks_wanted(sv, reason))
+        xmp_grp_capture_stacks(sv);
     sv->peer_wait_ns = 0;
     if (reason != XMP_STOP_FAILURE)
         signal_zygote(sv, sig);
@@ -206,7 +239,7 @@ xmp_grp_on_interrupt(struct xmp_supervisor *sv, int sig)
     int64_t now;
 
     /* The first signal: where the workers are, before the forwarded signal changes it. */
-    if (sv->report.interrupt_signal == 0)
+    if (sv->report.interrupt_signal == 0 && sv->spec->stacks != XMP_STACKS_NEVER)
         xmp_grp_capture_stacks(sv);
     now = xmp_now_ns();
     /* Forward to every worker's process group, as a terminal would to a foreground job. */
