@@ -128,11 +128,6 @@ xmp_grp_stop_all(struct xmp_supervisor *sv, enum xmp_stop_reason reason, int sig
 {
     if (sv->stopping == XMP_STOP_NONE)
         sv->stopping = reason;
-    /* The workers that have ended already (every rank of a job with a typo ends at once) ended
-     * of themselves, not of this stop: reaped now, each keeps its own status, and a zombie has
-     * no stack to take. Their failures do not stop the job again: it is stopping. */
-    for (size_t i = 0; i < sv->n_workers; i++)
-        xmp_grp_try_reap(sv, &sv->workers[i]);
     /* Where they are, before the signal changes it; the grace starts after. */
     if (stacks_wanted(sv, reason))
         xmp_grp_capture_stacks(sv);

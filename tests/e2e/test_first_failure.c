@@ -3,6 +3,8 @@
  * (on_failure.stacks) are taken only where they say more than the worker's own words. */
 #include "e2e/e2e.h"
 
+#include <sys/stat.h>
+
 /* Six ranks that all exit 3 at once, three times: a rank that ended of itself (a zombie when the
  * first one's end stops the job, or already in its exit) is `exited` with its 3, never
  * `stopped_by_xmprun` with it. The ones the stop reached died of its SIGTERM. */
@@ -147,4 +149,40 @@ Test(first_failure, stacks_at_an_outside_stop, .timeout = 120)
     cr_assert(json_is_object(st), "auto took no stacks at an outside stop");
     json_decref(st);
     cr_assert_null(interrupted_stacks("never"), "never took stacks at an outside stop");
+}
+
+/* The root cause quotes the worker's own words on why: its traceback's last line, the shell's
+ * "not found" (127) or "Permission denied" (126), and exec's word for a directory. */
+static void
+cause_says(const char *command, int status, const char *want)
+{
+    struct e2e e;
+    char *text = NULL;
+    const char *message;
+
+    e2e_init(&e);
+    cr_assert_eq(mkdir(e2e_path(&e, "data"), 0755), 0);
+    cr_assert_gt(asprintf(&text,
+                          "version: 1\nname: words\nworkers: 2\ndevices: {kind: cpu}\n"
+                          "command: %s\n",
+                          command),
+                 0);
+    e2e_set_spec(&e, text);
+    cr_assert_eq(e2e_run(&e, 60, NULL), status, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    message = e2e_str(json_object_get(e.rep, "root_cause"), "message");
+    cr_assert_not_null(strstr(message, want), "root cause: %s", message);
+    cr_assert_not_null(strstr(e.r.err, want), "%s", e.r.err);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(first_failure, the_root_cause_quotes_the_worker, .timeout = 120)
+{
+    cause_says("[/usr/bin/python3, -c, \"cfg = {}\\nprint(cfg['learning_rate'])\"]", 1,
+               "exited with status 1: KeyError: 'learning_rate'");
+    cause_says("[sh, -c, 'pyhton3 train.py']", 127,
+               "exited with status 127: sh: 1: pyhton3: not found");
+    cause_says("[sh, -c, ./data]", 126, "exited with status 126: sh: 1: ./data: Permission denied");
+    cause_says("[./data]", 126, "could not start: exec `./data`: it is a directory, not a program");
 }
