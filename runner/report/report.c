@@ -8,6 +8,7 @@
 #include "isolate/cgroup.h"
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
+#include "runner/report/collective.h"
 #include "runner/report/gpu.h"
 #include "runner/report/peer.h"
 #include "runner/report/stacks.h"
@@ -202,9 +203,8 @@ describe_oom_limit(const struct xmp_worker_report *w, char *at, size_t size, cha
     }
 }
 
-/* "worker 3 (cuda:3)", or "worker 3" without devices. */
-static void
-worker_who(const struct xmp_worker_report *w, char *buf, size_t size)
+void
+xmp_worker_who(const struct xmp_worker_report *w, char *buf, size_t size)
 {
     char devs[128];
 
@@ -235,7 +235,7 @@ gpu_failure(const struct xmp_worker_report *w, struct xmp_report *r)
     if ((w->state != XMP_WORKER_EXITED && w->state != XMP_WORKER_SIGNALED) ||
         !xmp_gpu_failure_find(w->stderr_tail, w->n_tail, &f))
         return false;
-    worker_who(w, who, sizeof(who));
+    xmp_worker_who(w, who, sizeof(who));
     if (f.kind == XMP_GPU_OOM) {
         xmp_format_bytes(f.tried, tried, sizeof(tried));
         xmp_format_bytes(f.in_use, in_use, sizeof(in_use));
@@ -388,7 +388,7 @@ xmp_report_describe_hang(const struct xmp_worker_report *w, int64_t idle_ms, con
 {
     char who[160], dur[64];
 
-    worker_who(w, who, sizeof(who));
+    xmp_worker_who(w, who, sizeof(who));
     xmp_format_duration(idle_ms, dur, sizeof(dur));
     snprintf(buf, size, "%s hung: no output and no CPU time for %s%s%s", who, dur,
              where != NULL && where[0] != '\0' ? ", in " : "", where != NULL ? where : "");
@@ -419,7 +419,7 @@ xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
     char who[160];
     const char *words;
 
-    worker_who(w, who, sizeof(who));
+    xmp_worker_who(w, who, sizeof(who));
     describe(w, who, buf, size);
     /* Its own words on why, where it gave them: "...: KeyError: 'learning_rate'". */
     if (w->state == XMP_WORKER_EXITED && w->exit_code != 0 && (words = xmp_words_own(w)) != NULL) {
@@ -450,7 +450,8 @@ describe_zygote(const struct xmp_report *r, char *buf, size_t size)
     else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED &&
              xmp_words_error_file(z) != NULL)
         /* It failed on its own, and the client wrote the exception down: its own words. */
-        snprintf(buf + len, size - len, " before it forked the workers: %s", xmp_words_error_file(z));
+        snprintf(buf + len, size - len, " before it forked the workers: %s",
+                 xmp_words_error_file(z));
     else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED && exception)
         /* No error file (it failed before the client was imported): its traceback's last line. */
         snprintf(buf + len, size - len, " before it forked the workers: %s", words);
@@ -577,7 +578,9 @@ xmp_report_finish(struct xmp_report *r)
                 gpu_fault_first(first, r);
                 return;
             }
-            worker_who(first, who, sizeof(who));
+            if (xmp_collective_cause(r, first))
+                return;
+            xmp_worker_who(first, who, sizeof(who));
             xmp_peer_describe(p, addr, r->nnodes > 1, what, sizeof(what));
             snprintf(r->cause_message, sizeof(r->cause_message), "%s %s", who, what);
         }

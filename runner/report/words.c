@@ -63,8 +63,8 @@ is_command_complaint(const char *line, int status)
         return strstr(line, ": not found") != NULL || strstr(line, "command not found") != NULL ||
                strstr(line, "No such file or directory") != NULL;
     case 126:
-        return strstr(line, "Permission denied") != NULL || strstr(line, "Is a directory") != NULL ||
-               strstr(line, "cannot execute") != NULL;
+        return strstr(line, "Permission denied") != NULL ||
+               strstr(line, "Is a directory") != NULL || strstr(line, "cannot execute") != NULL;
     case 2:
         return strstr(line, ": can't open file ") != NULL;
     default:

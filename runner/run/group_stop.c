@@ -99,7 +99,8 @@ xmp_grp_capture_stacks(struct xmp_supervisor *sv)
 /* A worker's failure that says what happened in its own words (an exit status, an OOM kill of
  * its cgroup; the traceback or error file come with the status) leaves little for its peers'
  * stacks to add, and they would delay the stop: on_failure.stacks: auto leaves them out then. A
- * death by any other signal (SIGSEGV, a SIGKILL from outside) is worth them. */
+ * death by any other signal (SIGSEGV, a SIGKILL from outside) is worth them, and so is a lost
+ * peer or a collective's timeout: the cause is elsewhere, maybe in a peer's stack. */
 static bool
 stacks_wanted(const struct xmp_supervisor *sv, enum xmp_stop_reason reason)
 {
@@ -111,8 +112,12 @@ stacks_wanted(const struct xmp_supervisor *sv, enum xmp_stop_reason reason)
         const struct xmp_worker *w = &sv->workers[i];
         struct xmp_cgroup_stats st;
         struct xmp_error err = {0};
-        if (w->running || w->stop_sent || w->rep == NULL || !xmp_worker_failed(w->rep) ||
-            w->rep->state != XMP_WORKER_SIGNALED)
+        char addr[96];
+        if (w->running || w->stop_sent || w->rep == NULL || !xmp_worker_failed(w->rep))
+            continue;
+        if (xmp_worker_peer_loss(w->rep, w->tail.lines, w->tail.count, addr, sizeof(addr)) != NULL)
+            return true;
+        if (w->rep->state != XMP_WORKER_SIGNALED)
             continue;
         /* Its OOM kill is only counted later (account_worker): its cgroup says it now. */
         if (w->rep->signal == SIGKILL && w->cg != NULL &&

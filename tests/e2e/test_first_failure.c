@@ -186,3 +186,49 @@ Test(first_failure, the_root_cause_quotes_the_worker, .timeout = 120)
     cause_says("[sh, -c, ./data]", 126, "exited with status 126: sh: 1: ./data: Permission denied");
     cause_says("[./data]", 126, "could not start: exec `./data`: it is a directory, not a program");
 }
+
+/* An NCCL watchdog timeout in every rank that reached the collective, and one rank that never
+ * did (it sleeps): that rank is the cause, named with where it was, and the others are victims.
+ * The lines are PyTorch 2.5's (tests/fixtures/peer/nccl-timeout-pg.txt). */
+Test(first_failure, collective_timeout_names_the_rank_that_fell_behind, .timeout = 120)
+{
+    struct e2e e;
+    json_t *cause;
+    const char *message;
+
+    e2e_init(&e);
+    free(xt_write_file(
+        e.dir, "timeout.sh",
+        "echo \"[rank$RANK]:[E1103 07:34:57.460801783 ProcessGroupNCCL.cpp:1834] [PG ID 0 PG GUID "
+        "0(default_pg) Rank $RANK] Timeout at NCCL work: 42, last enqueued NCCL work: 42, last "
+        "completed NCCL work: 41.\" >&2\n"
+        "echo \"[rank$RANK]:[E1103 07:34:57.462234381 ProcessGroupNCCL.cpp:1595] [Rank $RANK] "
+        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE, "
+        "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600087 milliseconds before timing "
+        "out.\" >&2\n"
+        "exit 1\n"));
+    e2e_spec(&e, "version: 1\n"
+                 "name: nccl\n"
+                 "workers: 3\n"
+                 "devices: {kind: cpu}\n"
+                 "command: [sh, -c, 'if [ \"$RANK\" = 1 ]; then exec sleep 60; fi; sleep 0.5; "
+                 "exec sh %2$s/timeout.sh']\n"
+                 "on_failure: {grace: 1s}\n");
+    cr_assert_eq(e2e_run(&e, 60, NULL), 1, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    cause = json_object_get(e.rep, "root_cause");
+    message = e2e_str(cause, "message");
+    cr_assert_str_eq(e2e_str(cause, "reason"), "collective_timeout", "%s", message);
+    cr_assert_eq(json_integer_value(json_object_get(cause, "rank")), 1, "%s", message);
+    cr_assert(strncmp(message,
+                      "worker 1 (cpu) fell behind: the other ranks timed out waiting in NCCL "
+                      "ALLREDUCE (SeqNum 42, timeout 600000 ms), first worker ",
+                      120) == 0,
+              "%s", message);
+    /* Its stacks were taken (a lost peer is worth them) and say where it was. */
+    cr_assert_not_null(strstr(message, ", while it was elsewhere, in `"), "%s", message);
+    cr_assert(json_is_object(json_object_get(e2e_worker(&e, 1), "stacks")));
+    cr_assert_str_eq(e2e_str(e2e_worker(&e, 1), "state"), "stopped_by_xmprun");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
