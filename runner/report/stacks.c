@@ -450,6 +450,23 @@ xmp_stacks_take(struct xmp_stacks *s, size_t i)
     return p;
 }
 
+struct xmp_stack_proc *
+xmp_stacks_take_group(struct xmp_stacks *s, size_t first, size_t n)
+{
+    struct xmp_stack_proc *p = xmp_stacks_take(s, first);
+
+    if (p == NULL || n <= 1 || first + n > s->n)
+        return p;
+    p->children = calloc(n - 1, sizeof(*p->children));
+    if (p->children == NULL)
+        return p;
+    for (size_t k = 1; k < n; k++) {
+        p->children[p->n_children++] = s->procs[first + k];
+        memset(&s->procs[first + k], 0, sizeof(s->procs[0]));
+    }
+    return p;
+}
+
 static void
 free_frames(struct xmp_stack_frame *f, size_t n)
 {
@@ -476,6 +493,11 @@ xmp_stack_proc_free(struct xmp_stack_proc *p)
     free(p->threads);
     p->threads = NULL;
     p->n_threads = 0;
+    for (size_t i = 0; i < p->n_children; i++)
+        xmp_stack_proc_free(&p->children[i]);
+    free(p->children);
+    p->children = NULL;
+    p->n_children = 0;
 }
 
 void

@@ -6,6 +6,7 @@
 #endif
 #include "runner/run/group_internal.h"
 #include "runner/run/spawn.h"
+#include "runner/util/proc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -72,28 +73,61 @@ xmp_grp_kill_all_now(struct xmp_supervisor *sv)
     xmp_grp_arm_timer(sv);
 }
 
+/* A worker's processes for its stacks, itself first, into out[0, XMP_STACKS_MAX_PROCS): its
+ * cgroup's, else those below it. */
+struct procs {
+    pid_t *out;
+    size_t n;
+};
+
+static bool
+add_proc(pid_t pid, void *data)
+{
+    struct procs *p = data;
+
+    if (pid != p->out[0])
+        p->out[p->n++] = pid;
+    return p->n < XMP_STACKS_MAX_PROCS;
+}
+
+static size_t
+worker_procs(struct xmp_worker *w, pid_t *out)
+{
+    struct procs p = {out, 1};
+    struct xmp_error err = {0};
+
+    out[0] = w->pid;
+    if (w->cg != NULL && xmp_cgroup_each_pid(w->cg, add_proc, &p, &err) == 0)
+        return p.n;
+    return 1 + xmp_proc_descendants(w->pid, out + 1, XMP_STACKS_MAX_PROCS - 1);
+}
+
 void
 xmp_grp_capture_stacks(struct xmp_supervisor *sv)
 {
-    pid_t *pids = calloc(sv->n_workers + 1, sizeof(pid_t));
-    size_t *idx = calloc(sv->n_workers + 1, sizeof(size_t));
+    pid_t *pids = calloc(sv->n_workers * XMP_STACKS_MAX_PROCS + 1, sizeof(pid_t));
+    size_t *first = calloc(sv->n_workers + 1, sizeof(size_t));
+    size_t *count = calloc(sv->n_workers + 1, sizeof(size_t));
     struct xmp_stacks st = {0};
     size_t n = 0;
 
-    for (size_t i = 0; pids != NULL && idx != NULL && i < sv->n_workers; i++) {
+    for (size_t i = 0; pids != NULL && first != NULL && count != NULL && i < sv->n_workers; i++) {
         struct xmp_worker *w = &sv->workers[i];
         if (w->running && w->pid > 0 && w->rep != NULL && w->rep->stacks == NULL) {
-            pids[n] = w->pid;
-            idx[n++] = i;
+            first[i] = n;
+            count[i] = worker_procs(w, pids + n);
+            n += count[i];
         }
     }
     if (n > 0 && xmp_stacks_capture(pids, n, XMP_STACKS_BUDGET_MS, &st) == 0) {
-        for (size_t k = 0; k < n; k++)
-            sv->workers[idx[k]].rep->stacks = xmp_stacks_take(&st, k);
+        for (size_t i = 0; i < sv->n_workers; i++)
+            if (count[i] > 0)
+                sv->workers[i].rep->stacks = xmp_stacks_take_group(&st, first[i], count[i]);
         xmp_stacks_free(&st);
     }
     free(pids);
-    free(idx);
+    free(first);
+    free(count);
 }
 
 /* A worker's failure that says what happened in its own words (an exit status, an OOM kill of
