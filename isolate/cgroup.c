@@ -436,8 +436,8 @@ xmp_cgroup_each_pid(struct xmp_cgroup *cg, bool (*fn)(pid_t pid, void *data), vo
     if (i < 0)
         return 0;
     fd = xmp_cg_held_fd(cg, (size_t)i, "cgroup.procs");
-    if ((fd >= 0 ? xmp_cg_each_pid_fd(fd, true, fn, data) : xmp_cg_each_pid(cg->procs[i], fn, data)) <
-        0)
+    if ((fd >= 0 ? xmp_cg_each_pid_fd(fd, true, fn, data)
+                 : xmp_cg_each_pid(cg->procs[i], fn, data)) < 0)
         return xmp_error_set(err, errno, "read `%s`", cg->procs[i]);
     return 0;
 }
