@@ -345,7 +345,8 @@ ended_of_itself(const struct xmp_supervisor *sv, const struct xmp_worker *w)
     if (si.si_status > 128 && xmp_grp_is_stop_signal(si.si_status - 128))
         return false;
     /* The stop's signal: SIGTERM, or the one forwarded from outside. */
-    return !catches(w->pid, sv->report.interrupt_signal > 0 ? sv->report.interrupt_signal : SIGTERM);
+    return !catches(w->pid,
+                    sv->report.interrupt_signal > 0 ? sv->report.interrupt_signal : SIGTERM);
 }
 
 /* Reaps the worker if it has exited; its status is taken through the pidfd so that a recycled

@@ -116,7 +116,7 @@ struct xmp_spec {
      * (0 = off, the default). */
     int64_t hang_timeout_ms;
     enum xmp_stacks_policy stacks; /* on_failure.stacks */
-    int64_t timeout_ms; /* 0 = none */
+    int64_t timeout_ms;            /* 0 = none */
     enum xmp_console_mode console;
     char *log_dir; /* NULL = none */
     long log_tail;
