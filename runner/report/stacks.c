@@ -38,7 +38,7 @@ read_small(const char *path, size_t max)
     char *buf = malloc(max + 1);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     size_t len = 0;
-    ssize_t n;
+    ssize_t n = 0;
 
     if (buf == NULL || fd < 0) {
         free(buf);
@@ -48,6 +48,14 @@ read_small(const char *path, size_t max)
     }
     while (len < max && (n = read(fd, buf + len, max - len)) > 0)
         len += (size_t)n;
+    /* /proc/PID/stack opens for its owner and refuses the read (EACCES) without CAP_SYS_ADMIN. */
+    if (len == 0 && n < 0) {
+        int saved = errno;
+        close(fd);
+        free(buf);
+        errno = saved;
+        return NULL;
+    }
     close(fd);
     buf[len] = '\0';
     return buf;
@@ -75,7 +83,9 @@ read_thread_stat(pid_t pid, struct xmp_stack_thread *t)
     free(text);
 }
 
-static void
+/* False when the kernel stack could not be read for want of the right: /proc/PID/stack needs
+ * CAP_SYS_ADMIN, which a regular user has not; the rest is read all the same. */
+static bool
 read_thread_kernel(pid_t pid, struct xmp_stack_thread *t)
 {
     char path[96];
@@ -90,7 +100,7 @@ read_thread_kernel(pid_t pid, struct xmp_stack_thread *t)
     snprintf(path, sizeof(path), "/proc/%d/task/%d/stack", (int)pid, (int)t->tid);
     text = read_small(path, 16384);
     if (text == NULL)
-        return;
+        return errno != EACCES && errno != EPERM;
     t->kernel = calloc(XMP_STACKS_MAX_FRAMES, sizeof(char *));
     for (line = strtok_r(text, "\n", &save);
          line != NULL && t->kernel != NULL && t->n_kernel < XMP_STACKS_MAX_FRAMES;
@@ -102,6 +112,7 @@ read_thread_kernel(pid_t pid, struct xmp_stack_thread *t)
             t->n_kernel++;
     }
     free(text);
+    return true;
 }
 
 static int
@@ -265,7 +276,10 @@ capture_one(struct xmp_stack_proc *p, int64_t deadline_ns)
     }
     for (size_t i = 0; i < p->n_threads; i++) {
         read_thread_stat(p->pid, &p->threads[i]);
-        read_thread_kernel(p->pid, &p->threads[i]);
+        if (!read_thread_kernel(p->pid, &p->threads[i]) && p->error[0] == '\0')
+            snprintf(p->error, sizeof(p->error),
+                     "no kernel stacks: /proc/PID/stack needs CAP_SYS_ADMIN, which xmprun has not "
+                     "here (the rest is read)");
         p->threads[i].native = calloc(XMP_STACKS_MAX_FRAMES, sizeof(struct xmp_stack_frame));
     }
     seized = calloc(p->n_threads, sizeof(bool));
