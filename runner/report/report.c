@@ -8,11 +8,10 @@
 #include "isolate/cgroup.h"
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
-#include "runner/report/collective.h"
 #include "runner/report/gpu.h"
 #include "runner/report/peer.h"
+#include "runner/report/report_internal.h"
 #include "runner/report/stacks.h"
-#include "runner/report/words.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -2,9 +2,9 @@
  * SOURCES.md says where each came from), and the root cause they give in a report. */
 #define _GNU_SOURCE
 #include "helpers/testlib.h"
-#include "runner/report/collective.h"
 #include "runner/report/peer.h"
 #include "runner/report/report.h"
+#include "runner/report/report_internal.h"
 
 #include <criterion/criterion.h>
 #include <signal.h>

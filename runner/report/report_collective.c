@@ -1,11 +1,11 @@
 /* Reading PyTorch's NCCL watchdog timeouts (ProcessGroupNCCL.cpp, 2.0 to 2.5; tests/unit/
- * test_collective.c has real runs' lines) and finding the rank that fell behind: every rank
+ * test_peer.c has real runs' lines) and finding the rank that fell behind: every rank
  * waiting in a collective that one rank never reached prints the same timeout and aborts, so
  * the rank that prints it first is a victim. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "runner/report/collective.h"
+#include "runner/report/report_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

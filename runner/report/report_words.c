@@ -4,7 +4,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "runner/report/words.h"
+#include "runner/report/report_internal.h"
 
 #include <string.h>
 
