@@ -56,6 +56,9 @@ void xmp_grp_spawn_worker(struct xmp_supervisor *sv, struct xmp_worker *w, size_
 void xmp_grp_start_worker(struct xmp_supervisor *sv, struct xmp_worker *w);
 void xmp_grp_stop_all(struct xmp_supervisor *sv, enum xmp_stop_reason reason, int sig);
 void xmp_grp_try_reap(struct xmp_supervisor *sv, struct xmp_worker *w);
+/* The worker has ended (reaped, or given up on as unkillable): it is no longer watched nor
+ * counted as running. The one place n_running goes down. */
+void xmp_grp_worker_gone(struct xmp_supervisor *sv, struct xmp_worker *w);
 void xmp_grp_try_reap_zygote(struct xmp_supervisor *sv);
 int xmp_grp_wait_worker(const struct xmp_worker *w, int options, siginfo_t *si, struct rusage *ru);
 char **xmp_grp_worker_environ(struct xmp_supervisor *sv, const struct xmp_plan_worker *pw);

@@ -272,6 +272,17 @@ on_failed_worker(struct xmp_supervisor *sv, struct xmp_worker *w)
     xmp_grp_on_worker_failure(sv);
 }
 
+void
+xmp_grp_worker_gone(struct xmp_supervisor *sv, struct xmp_worker *w)
+{
+    xmp_grp_ep_del(sv, w->pidfd);
+    if (w->pidfd >= 0)
+        close(w->pidfd);
+    w->pidfd = -1;
+    w->running = false;
+    sv->n_running--;
+}
+
 /* A worker was reaped (si, ru: its status and resource usage). The others are stopped first
  * when its end calls for it, as a launcher that only signals and reaps would: the stats, the
  * cgroup's release and the error file of this one (several calls each) come after. */
@@ -301,12 +312,7 @@ xmp_grp_finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const sig
         free(rep->stacks);
         rep->stacks = NULL;
     }
-    xmp_grp_ep_del(sv, w->pidfd);
-    if (w->pidfd >= 0)
-        close(w->pidfd);
-    w->pidfd = -1;
-    w->running = false;
-    sv->n_running--;
+    xmp_grp_worker_gone(sv, w);
     if (xmp_worker_failed(rep))
         on_failed_worker(sv, w);
     account_worker(sv, w);

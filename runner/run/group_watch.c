@@ -7,10 +7,8 @@
 #endif
 #include "runner/run/group_internal.h"
 
-#include "isolate/cleanup.h"
+#include "runner/util/proc.h"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,75 +23,24 @@
  * of the 1 s period): a worker using 0.2% crosses one now and then. */
 #define IDLE_CPU_DIVISOR 100
 
-/* How deep the /proc walk of a worker without a cgroup goes below it. */
-#define PROC_TREE_DEPTH 8
+/* How many processes below a worker without a cgroup the /proc walk follows. */
+#define PROC_TREE_MAX 256
 
-static ssize_t
-read_proc(pid_t pid, const char *what, char *buf, size_t size)
-{
-    char path[64];
-    cleanup_close int fd = -1;
-    ssize_t n;
-
-    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, what);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    n = read(fd, buf, size - 1);
-    if (n < 0)
-        return -1;
-    buf[n] = '\0';
-    return n;
-}
-
-/* Fields 14-17 of /proc/PID/stat (utime, stime and those of the children it reaped, in clock
- * ticks) and the state letter (field 3); counted from the last ')', since the command name may
- * hold spaces and parentheses. */
-static bool
-proc_stat(pid_t pid, char *state, long long *ticks)
-{
-    char buf[1024];
-    long long ut, st, cut, cst;
-    char *p;
-
-    if (read_proc(pid, "stat", buf, sizeof(buf)) <= 0 || (p = strrchr(buf, ')')) == NULL)
-        return false;
-    if (sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld %lld %lld", state, &ut,
-               &st, &cut, &cst) != 5)
-        return false;
-    *ticks = ut + st + cut + cst;
-    return true;
-}
-
-/* The CPU ticks of pid and of every live process below it (its threads' children). */
+/* The CPU ticks of pid and of every live process below it. */
 static long long
-proc_tree_ticks(pid_t pid, int depth)
+proc_tree_ticks(pid_t pid)
 {
-    char state, path[64], kids[4096];
-    long long total = 0;
-    struct dirent *de;
-    DIR *d;
+    pid_t below[PROC_TREE_MAX];
+    size_t n;
+    long long total = 0, ticks;
+    char state;
 
-    if (!proc_stat(pid, &state, &total))
+    if (!xmp_proc_cpu_ticks(pid, &state, &total))
         return 0;
-    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-    if (depth == 0 || (d = opendir(path)) == NULL)
-        return total;
-    while ((de = readdir(d)) != NULL) {
-        char what[300];
-        if (de->d_name[0] == '.')
-            continue;
-        snprintf(what, sizeof(what), "task/%s/children", de->d_name);
-        if (read_proc(pid, what, kids, sizeof(kids)) <= 0)
-            continue;
-        for (char *p = kids, *end; *p != '\0'; p = end) {
-            long child = strtol(p, &end, 10);
-            if (end == p)
-                break;
-            total += proc_tree_ticks((pid_t)child, depth - 1);
-        }
-    }
-    closedir(d);
+    n = xmp_proc_descendants(pid, below, PROC_TREE_MAX);
+    for (size_t i = 0; i < n; i++)
+        if (xmp_proc_cpu_ticks(below[i], &state, &ticks))
+            total += ticks;
     return total;
 }
 
@@ -110,7 +57,7 @@ worker_cpu_usec(struct xmp_worker *w)
         return st.user_usec + (st.system_usec > 0 ? st.system_usec : 0);
     if (w->pid <= 0)
         return -1;
-    return proc_tree_ticks(w->pid, PROC_TREE_DEPTH) * 1000000 / sysconf(_SC_CLK_TCK);
+    return proc_tree_ticks(w->pid) * 1000000 / sysconf(_SC_CLK_TCK);
 }
 
 void
@@ -197,17 +144,20 @@ xmp_grp_watch_tick(struct xmp_supervisor *sv, int64_t now)
 static void
 read_stuck(pid_t pid, struct xmp_unkillable *u)
 {
-    char buf[4096], state = '\0';
+    char buf[4096], path[64], state = '\0';
     long long ticks;
 
     memset(u, 0, sizeof(*u));
-    if (proc_stat(pid, &state, &ticks))
+    if (xmp_proc_cpu_ticks(pid, &state, &ticks))
         u->state[0] = state;
-    if (read_proc(pid, "wchan", buf, sizeof(buf)) > 0 && strcmp(buf, "0") != 0)
-        snprintf(u->wchan, sizeof(u->wchan), "%.63s", buf);
-    if (read_proc(pid, "stack", buf, sizeof(buf)) <= 0)
+    snprintf(path, sizeof(path), "/proc/%d/wchan", (int)pid);
+    if (xmp_proc_read(path, buf, sizeof(buf)) > 0 && strcmp(buf, "0") != 0)
+        snprintf(u->wchan, sizeof(u->wchan), "%.*s", (int)sizeof(u->wchan) - 1, buf);
+    snprintf(path, sizeof(path), "/proc/%d/stack", (int)pid);
+    if (xmp_proc_read(path, buf, sizeof(buf)) <= 0)
         return;
-    for (char *line = strtok(buf, "\n"); line != NULL && u->n_stack < 16;
+    for (char *line = strtok(buf, "\n");
+         line != NULL && u->n_stack < sizeof(u->stack) / sizeof(u->stack[0]);
          line = strtok(NULL, "\n")) {
         /* "[<0>] hrtimer_nanosleep+0x74/0xf0": the address is zeroed for all but root. */
         char *frame = strstr(line, "] ");
@@ -237,13 +187,8 @@ xmp_grp_give_up_unkillable(struct xmp_supervisor *sv)
         rep->exit_code = -1;
         rep->signal = 0;
         /* Never reaped: its pidfd goes, and the run ends without it. */
-        xmp_grp_ep_del(sv, w->pidfd);
-        if (w->pidfd >= 0)
-            close(w->pidfd);
-        w->pidfd = -1;
-        w->running = false;
+        xmp_grp_worker_gone(sv, w);
         w->unkillable = true;
-        sv->n_running--;
         sv->left_behind = true;
         xmp_worker_describe(rep, what, sizeof(what));
         if (!xmp_quiet(sv)) {

@@ -60,6 +60,21 @@ xmp_proc_parent(pid_t pid)
     return (pid_t)ppid;
 }
 
+bool
+xmp_proc_cpu_ticks(pid_t pid, char *state, long long *ticks)
+{
+    char buf[1024];
+    const char *rest;
+    long long ut, st, cut, cst;
+
+    if (!stat_fields(pid, buf, sizeof(buf), &rest) ||
+        sscanf(rest, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld %lld %lld", state, &ut,
+               &st, &cut, &cst) != 5)
+        return false;
+    *ticks = ut + st + cut + cst;
+    return true;
+}
+
 int
 xmp_proc_start_time(pid_t pid, unsigned long long *out)
 {

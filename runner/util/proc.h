@@ -16,6 +16,10 @@ pid_t xmp_proc_parent(pid_t pid);
  * read: with the pid, it names a process uniquely, so a recycled pid is not mistaken for it. */
 int xmp_proc_start_time(pid_t pid, unsigned long long *out);
 
+/* /proc/PID/stat's state letter (field 3) and CPU time in clock ticks: its own and that of the
+ * children it reaped (fields 14-17); false when it cannot be read. */
+bool xmp_proc_cpu_ticks(pid_t pid, char *state, long long *ticks);
+
 /* The live processes below pid (the children of each of its threads, then theirs), breadth
  * first, at most max of them into out; returns how many. */
 size_t xmp_proc_descendants(pid_t pid, pid_t *out, size_t max);

@@ -35,6 +35,33 @@ Test(output, tail_keeps_last_lines)
     xmp_tail_free(&t);
 }
 
+/* A 64 KiB line (a progress bar without newlines, a dumped tensor) is kept cut at
+ * XMP_TAIL_LINE_MAX in the tail, and so in every report: its start, whole up to there. */
+Test(output, tail_cuts_a_long_line)
+{
+    struct xmp_tail t;
+    char **lines;
+    size_t n, len = 64 * 1024;
+    char *line = malloc(len);
+
+    cr_assert_not_null(line);
+    for (size_t i = 0; i < len; i++)
+        line[i] = (char)('a' + i % 26);
+    xmp_tail_init(&t, 2);
+    xmp_tail_push(&t, line, len);
+    xmp_tail_push(&t, "short", 5);
+    lines = xmp_tail_take(&t, &n);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(strlen(lines[0]), XMP_TAIL_LINE_MAX);
+    cr_assert(memcmp(lines[0], line, XMP_TAIL_LINE_MAX) == 0);
+    cr_assert_str_eq(lines[1], "short");
+    for (size_t i = 0; i < n; i++)
+        free(lines[i]);
+    free(lines);
+    free(line);
+    xmp_tail_free(&t);
+}
+
 /* Feeds text through a pipe into a stream whose console is a temp file; returns the console. */
 static char *
 run_stream(const char *const *chunks, size_t n_chunks, bool prefix, struct xmp_tail *tail,
