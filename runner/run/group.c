@@ -31,7 +31,7 @@ int
 xmp_grp_ep_ctl(struct xmp_supervisor *sv, int op, int fd, uint32_t events, enum xmp_ev_kind kind,
                size_t index)
 {
-    struct epoll_event ev = {.events = events, .data.u64 = ((uint64_t)kind << 32) | index};
+    struct epoll_event ev = {.events = events, .data.u64 = xmp_ev_tag(kind, index)};
     return epoll_ctl(sv->epfd, op, fd, &ev);
 }
 
@@ -356,8 +356,8 @@ drain_streams(struct xmp_supervisor *sv, struct xmp_worker *w)
 static void
 dispatch(struct xmp_supervisor *sv, const struct epoll_event *ev)
 {
-    enum xmp_ev_kind kind = (enum xmp_ev_kind)(ev->data.u64 >> 32);
-    size_t index = (size_t)(ev->data.u64 & 0xffffffffu);
+    enum xmp_ev_kind kind = xmp_ev_tag_kind(ev->data.u64);
+    size_t index = xmp_ev_tag_index(ev->data.u64);
 
     switch (kind) {
     case XMP_EV_SIGNAL:

@@ -32,7 +32,7 @@ xmp_grp_kmsg_open(struct xmp_supervisor *sv)
         return;
     /* Only what is logged from now on (a FIFO cannot seek, and has nothing older). */
     lseek(sv->kmsg_fd, 0, SEEK_END);
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_KMSG << 32};
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = xmp_ev_tag(XMP_EV_KMSG, 0)};
     if (epoll_ctl(sv->epfd, EPOLL_CTL_ADD, sv->kmsg_fd, &ev) < 0)
         xmp_grp_kmsg_close(sv);
 }

@@ -98,8 +98,8 @@ setup_signals(struct xmp_supervisor *sv, struct xmp_error *err)
     sv->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
     if (sv->timerfd < 0)
         return xmp_error_set(err, errno, "timerfd_create");
-    struct epoll_event sev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_SIGNAL << 32};
-    struct epoll_event tev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_TIMER << 32};
+    struct epoll_event sev = {.events = EPOLLIN, .data.u64 = xmp_ev_tag(XMP_EV_SIGNAL, 0)};
+    struct epoll_event tev = {.events = EPOLLIN, .data.u64 = xmp_ev_tag(XMP_EV_TIMER, 0)};
     if (epoll_ctl(sv->epfd, EPOLL_CTL_ADD, sv->sigfd, &sev) < 0 ||
         epoll_ctl(sv->epfd, EPOLL_CTL_ADD, sv->timerfd, &tev) < 0)
         return xmp_error_set(err, errno, "epoll_ctl");

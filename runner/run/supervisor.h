@@ -45,6 +45,25 @@ enum xmp_ev_kind {
     XMP_EV_MEMWATCH, /* the memory watchdog's timer (no writable cgroup) */
 };
 
+/* An event source's epoll tag: its kind, and an index (a worker's, a console stream's). */
+static inline uint64_t
+xmp_ev_tag(enum xmp_ev_kind kind, size_t index)
+{
+    return (uint64_t)kind << 32 | (uint32_t)index;
+}
+
+static inline enum xmp_ev_kind
+xmp_ev_tag_kind(uint64_t tag)
+{
+    return (enum xmp_ev_kind)(tag >> 32);
+}
+
+static inline size_t
+xmp_ev_tag_index(uint64_t tag)
+{
+    return (size_t)(tag & 0xffffffffu);
+}
+
 enum xmp_stop_reason {
     XMP_STOP_NONE = 0,
     XMP_STOP_FAILURE,

@@ -246,12 +246,12 @@ xmp_zygote_start(struct xmp_supervisor *sv, struct xmp_error *err)
     zy->pid = zy->rep.pid = sp.pid;
     zy->pidfd = sp.pidfd;
     zy->running = true;
-    struct epoll_event pev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_ZYGOTE << 32};
-    struct epoll_event sev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_ZSOCK << 32};
+    struct epoll_event pev = {.events = EPOLLIN, .data.u64 = xmp_ev_tag(XMP_EV_ZYGOTE, 0)};
+    struct epoll_event sev = {.events = EPOLLIN, .data.u64 = xmp_ev_tag(XMP_EV_ZSOCK, 0)};
     if (zy->pidfd >= 0)
         epoll_ctl(sv->epfd, EPOLL_CTL_ADD, zy->pidfd, &pev);
     epoll_ctl(sv->epfd, EPOLL_CTL_ADD, zy->sock, &sev);
-    struct epoll_event eev = {.events = EPOLLIN, .data.u64 = (uint64_t)XMP_EV_ZSTDERR << 32};
+    struct epoll_event eev = {.events = EPOLLIN, .data.u64 = xmp_ev_tag(XMP_EV_ZSTDERR, 0)};
     epoll_ctl(sv->epfd, EPOLL_CTL_ADD, zy->err.fd, &eev);
     return 0;
 }
