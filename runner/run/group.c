@@ -288,6 +288,9 @@ left_behind(const struct xmp_supervisor *sv, pid_t pid)
     return false;
 }
 
+/* How long the end of a run waits for the orphans it killed to be reaped. */
+#define ORPHANS_WAIT_MS 2000
+
 /* Kills and reaps every remaining child of xmprun: as a subreaper it inherits the grandchildren
  * whose parents exited, including those that left their process group with setsid(). Waits
  * (bounded) until they are reaped, so that none is left as a zombie for init to collect. */
@@ -295,7 +298,7 @@ void
 xmp_group_kill_orphans(const struct xmp_supervisor *sv, pid_t keep)
 {
     pid_t self = getpid();
-    int64_t give_up = xmp_now_ns() + 2000000000LL;
+    int64_t give_up = xmp_now_ns() + ORPHANS_WAIT_MS * 1000000LL;
     char path[64];
 
     snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)self, (int)self);

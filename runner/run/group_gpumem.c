@@ -23,6 +23,12 @@
 
 #define MAX_PROCS 256
 
+/* The GPUs of a node one sample looks at (NVML's indices). */
+#define XMP_GPUMEM_MAX_DEVICES 64
+
+/* How far up from a GPU process the walk to a worker without a cgroup goes. */
+#define ANCESTORS_MAX 64
+
 void
 xmp_grp_gpumem_open(struct xmp_supervisor *sv)
 {
@@ -119,7 +125,8 @@ worker_of(const struct xmp_supervisor *sv, pid_t pid)
                 return (long)i;
             continue;
         }
-        for (pid_t a = pid, k = 0; a > 1 && w->pid > 0 && k < 64; a = xmp_proc_parent(a), k++)
+        for (pid_t a = pid, k = 0; a > 1 && w->pid > 0 && k < ANCESTORS_MAX;
+             a = xmp_proc_parent(a), k++)
             if (a == w->pid)
                 return (long)i;
     }
@@ -184,7 +191,7 @@ void
 xmp_grp_gpumem_sample(struct xmp_supervisor *sv)
 {
     cleanup_free struct xmp_nvml_proc *procs = NULL;
-    bool done[64] = {false};
+    bool done[XMP_GPUMEM_MAX_DEVICES] = {false};
     uint64_t ticks;
 
     if (read(sv->gpumem_fd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
@@ -204,7 +211,7 @@ xmp_grp_gpumem_sample(struct xmp_supervisor *sv)
             continue;
         for (size_t d = 0; rep->devices != NULL && rep->devices[d] != NULL; d++) {
             int dev = nvml_dev_of(sv, rep->devices[d]);
-            if (dev < 0 || dev >= 64 || done[dev])
+            if (dev < 0 || dev >= XMP_GPUMEM_MAX_DEVICES || done[dev])
                 continue;
             done[dev] = true;
             sample_device(sv, dev, procs);

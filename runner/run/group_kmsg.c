@@ -63,7 +63,8 @@ record(struct xmp_supervisor *sv, const char *pci, int xid, const char *rest)
             for (size_t g = 0; g < sv->host.n_gpus; g++) {
                 const char *gp = sv->host.gpus[g].pci;
                 if (sv->host.gpus[g].index != index || strncasecmp(gp, pci, len) != 0 ||
-                    (gp[len] != '\0' && gp[len] != '.') || rep->n_faults >= 4)
+                    (gp[len] != '\0' && gp[len] != '.') ||
+                    rep->n_faults >= sizeof(rep->faults) / sizeof(rep->faults[0]))
                     continue;
                 struct xmp_gpu_fault *f = &rep->faults[rep->n_faults++];
                 f->xid = xid;
