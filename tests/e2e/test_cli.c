@@ -219,3 +219,44 @@ Test(cli, spec_less_run_exits_with_the_workers_status, .timeout = 60)
     xt_tmpdir_remove(dir);
     free(dir);
 }
+
+/* A mistyped subcommand is not taken for a spec file, and a spec-less command whose options
+ * xmprun took for its own (no `--`) is told where the `--` goes. A spec file that exists is never
+ * taken for a typo, nor an unknown option before one for the command's. */
+Test(cli, hints_for_a_mistyped_command_and_a_missing_dashdash)
+{
+    static const struct {
+        const char *typo, *want;
+    } typos[] = {
+        {"vaildate",
+         "\"vaildate\" is neither a command nor a spec file (did you mean `validate`?)"},
+        {"paln", "(did you mean `plan`?)"},
+        {"reprot", "(did you mean `report`?)"},
+        {"stakcs", "(did you mean `stacks`?)"},
+        {"gcc", "(did you mean `gc`?)"},
+    };
+    struct xt_result r;
+    char *dir = xt_tmpdir();
+
+    for (size_t i = 0; i < sizeof(typos) / sizeof(typos[0]); i++) {
+        cr_assert_eq(cli(&r, NULL, typos[i].typo, "x.yaml", NULL), 2, "%s", r.err);
+        cr_expect_not_null(strstr(r.err, typos[i].want), "%s: %s", typos[i].typo, r.err);
+        xt_result_free(&r);
+    }
+    cr_assert_eq(cli(&r, NULL, "-n", "2", "sh", "-c", "exit 3", NULL), 2);
+    cr_expect_not_null(strstr(r.err, "xmprun: unknown option -c; to run `sh` with options of its "
+                                     "own, put `--` before it: xmprun -n 2 -- sh ...\n"),
+                       "%s", r.err);
+    xt_result_free(&r);
+    /* A spec named like a subcommand's typo is the spec. */
+    char *spec = xt_write_file(dir, "gcc", "version: 1\nname: [bad\n");
+    cr_assert_eq(cli(&r, NULL, spec, NULL), 2);
+    cr_expect_null(strstr(r.err, "did you mean"), "%s", r.err);
+    xt_result_free(&r);
+    cr_assert_eq(cli(&r, NULL, "--bogus", "job.yaml", NULL), 2);
+    cr_expect_null(strstr(r.err, "put `--`"), "%s", r.err);
+    xt_result_free(&r);
+    free(spec);
+    xt_tmpdir_remove(dir);
+    free(dir);
+}
