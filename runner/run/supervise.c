@@ -384,11 +384,14 @@ write_termination_message(const struct xmp_supervisor *sv)
 }
 
 /* Says what the consoles could not show, then writes what they still hold and the summary, all
- * (and why the report is missing, if it is) through the consoles: a stalled reader holds xmprun's
- * exit for XMP_CONSOLE_STALL_MS at most, and a slow one still gets everything, in order. */
+ * (and where the report is, or why it is missing) through the consoles: a stalled reader holds
+ * xmprun's exit for XMP_CONSOLE_STALL_MS at most, and a slow one still gets everything, in
+ * order. report is the report's path, NULL when none was written. */
 static void
-finish_consoles(struct xmp_supervisor *sv, const char *report_error)
+finish_consoles(struct xmp_supervisor *sv, const char *report, const char *report_error)
 {
+    /* -q keeps what a failed job must still say: its root cause and where its report is. */
+    bool failed = sv->report.exit_code != 0;
     struct xmp_console *out = xmp_group_console(sv, 0), *err = xmp_group_console(sv, 1);
     char *text = NULL;
     size_t len = 0;
@@ -416,9 +419,14 @@ finish_consoles(struct xmp_supervisor *sv, const char *report_error)
     }
     if (!xmp_quiet(sv) && sv->report.outcome != XMP_OUTCOME_SETUP_FAILED)
         xmp_report_print_summary(&sv->report, f);
+    else if (failed && sv->report.outcome != XMP_OUTCOME_SETUP_FAILED &&
+             sv->report.cause != XMP_CAUSE_NONE)
+        fprintf(f, "xmprun: root cause: %s\n", sv->report.cause_message);
     /* Last, so that it is not lost among the workers' output. */
     if (report_error != NULL)
         fprintf(f, "xmprun: the report was not written: %s\n", report_error);
+    else if (report != NULL && (failed || !xmp_quiet(sv)))
+        fprintf(f, "xmprun: report: %s\n", report);
     if (fclose(f) == 0 && len > 0)
         xmp_console_put(err, text, len);
     free(text);
@@ -607,7 +615,7 @@ done:
     if (report_lost && sv.report.exit_code == 0)
         sv.report.exit_code = 125;
     write_termination_message(&sv);
-    finish_consoles(&sv, report_lost ? err.msg : NULL);
+    finish_consoles(&sv, report_started ? path : NULL, report_lost ? err.msg : NULL);
     status = sv.report.exit_code;
     cleanup(&sv);
     return status;

@@ -3,17 +3,21 @@
  * status; a file that is not an xmprun report is refused with exit 2. */
 #include "e2e/e2e.h"
 
-/* The summary lines of a run's stderr (from "xmprun: job " on), with every duration ("0.4s")
- * replaced by "T": the report keeps times to the millisecond, a live run to the nanosecond, so
- * a rounding may differ; everything else must match byte for byte. */
+/* The summary lines of a run's stderr (from "xmprun: job " on, up to the run's last line that
+ * names its report file), with every duration ("0.4s") replaced by "T": the report keeps times to
+ * the millisecond, a live run to the nanosecond, so a rounding may differ; everything else must
+ * match byte for byte. */
 static char *
 summary_of(const char *text)
 {
     const char *start = strstr(text, "xmprun: job ");
+    const char *end = start != NULL ? strstr(start, "xmprun: report: ") : NULL;
     char *out = calloc(1, strlen(text) + 1), *o = out;
 
     cr_assert_not_null(start, "no summary in:\n%s", text);
-    for (const char *p = start; *p != '\0';) {
+    if (end == NULL)
+        end = start + strlen(start);
+    for (const char *p = start; p < end;) {
         const char *q = p;
         while (*q >= '0' && *q <= '9')
             q++;
