@@ -177,3 +177,36 @@ Test(file, raise_nofile_and_a_full_table)
     while (n > 0)
         close(fds[--n]);
 }
+
+/* A lock file: taken once (its holder's pid written in it), refused to a second open file while
+ * held, removed when dropped; one left by a holder that is gone (no lock on it) is taken again,
+ * and a link planted at its name is not followed. */
+Test(file, lock_take_and_drop, .timeout = 10)
+{
+    char *dir = xt_tmpdir();
+    char *path = join(dir, ".r.json.lock"), *target = join(dir, "target");
+    struct xmp_error err = {0};
+    int fd = -1, fd2 = -1;
+    pid_t holder = 0;
+
+    cr_assert_eq(xmp_file_lock_take(path, &fd, &holder, &err), 0, "%s", err.msg);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(xmp_file_lock_take(path, &fd2, &holder, &err), 1);
+    cr_assert_eq(fd2, -1);
+    cr_assert_eq(holder, getpid());
+    xmp_file_lock_drop(path, fd);
+    cr_assert_neq(access(path, F_OK), 0, "the lock file is left");
+    /* What a holder killed with SIGKILL leaves: the file, its pid, no lock. */
+    free(xt_write_file(dir, ".r.json.lock", "1\n"));
+    cr_assert_eq(xmp_file_lock_take(path, &fd, &holder, &err), 0, "%s", err.msg);
+    xmp_file_lock_drop(path, fd);
+    free(xt_write_file(dir, "target", ""));
+    cr_assert_eq(symlink(target, path), 0);
+    cr_assert_eq(xmp_file_lock_take(path, &fd, &holder, &err), -1);
+    cr_assert_eq(fd, -1);
+    unlink(path);
+    free(path);
+    free(target);
+    xt_tmpdir_remove(dir);
+    free(dir);
+}
