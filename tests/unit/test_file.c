@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char *
@@ -207,6 +209,53 @@ Test(file, lock_take_and_drop, .timeout = 10)
     unlink(path);
     free(path);
     free(target);
+    xt_tmpdir_remove(dir);
+    free(dir);
+}
+
+/* Processes that take and drop one lock file as fast as they can never hold it two at a time:
+ * a holder removes the file before it lets go, so whoever locked the removed file must see that
+ * it is no longer at the path and take the new one (the check after flock). */
+Test(file, lock_is_held_by_one_process_at_a_time, .timeout = 30)
+{
+    enum { PROCS = 4, ROUNDS = 50000 };
+    char *dir = xt_tmpdir();
+    char *path = join(dir, ".r.json.lock");
+    int *shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    pid_t pids[PROCS];
+
+    cr_assert_neq(shared, MAP_FAILED);
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        cr_assert_geq(pids[p], 0);
+        if (pids[p] > 0)
+            continue;
+        for (int i = 0; i < ROUNDS; i++) {
+            struct xmp_error err = {0};
+            pid_t holder;
+            int fd = -1;
+            if (xmp_file_lock_take(path, &fd, &holder, &err) != 0)
+                continue;
+            if (__atomic_add_fetch(&shared[0], 1, __ATOMIC_SEQ_CST) > 1)
+                __atomic_store_n(&shared[1], 1, __ATOMIC_SEQ_CST);
+            shared[2]++;
+            /* Held a moment, so that a second holder would overlap it. */
+            for (volatile int spin = 0; spin < 2000; spin++)
+                ;
+            __atomic_sub_fetch(&shared[0], 1, __ATOMIC_SEQ_CST);
+            xmp_file_lock_drop(path, fd);
+        }
+        _exit(0);
+    }
+    for (int p = 0; p < PROCS; p++) {
+        int status = 0;
+        cr_assert_eq(waitpid(pids[p], &status, 0), pids[p]);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    cr_assert_gt(shared[2], 0, "nobody ever took the lock");
+    cr_assert_eq(shared[1], 0, "two processes held the lock at once");
+    munmap(shared, 4096);
+    free(path);
     xt_tmpdir_remove(dir);
     free(dir);
 }
