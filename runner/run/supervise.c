@@ -634,11 +634,10 @@ done:
     sv.report.ended_mono_ns = xmp_now_ns();
     fill_job_info(&sv);
     xmp_report_finish(&sv.report);
-    /* A setup that failed before the report path was claimed claims it now. */
-    if (path == NULL && !report_refused)
+    /* A setup that failed before the report path was claimed claims it now (a refused path
+     * was never claimed, and is not written). */
+    if (path == NULL)
         path = claim_report_path(&sv, &claim, report_path(&sv, buf, sizeof(buf)));
-    else if (path == NULL)
-        path = report_path(&sv, buf, sizeof(buf));
     if (!report_refused)
         xmp_report_write_stacks(&sv.report, path);
     /* Nothing below changes the report: it is written now, and its fsyncs wait for the disk
