@@ -42,7 +42,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("build", nargs="?", default="build")
 ap.add_argument("--reps", type=int, default=15)
 ap.add_argument("--sizes", default="8,32,128")
-ap.add_argument("--fail-size", type=int, default=32)
+ap.add_argument("--fail-size", default="32", help="comma-separated worker counts")
 ap.add_argument("--console-mib", type=int, default=100, help="MiB each of the 8 workers prints")
 ap.add_argument("--console-reps", type=int, default=5)
 ap.add_argument("--peer-reps", type=int, default=3)
@@ -247,34 +247,37 @@ def fail_latency(cmd, want=1, env=fenv):
 
 
 if "failure" in only:
-    n = args.fail_size
-    print(f"\n## failure -> exit, N={n}: rank 0 exits 1 after 300 ms, {n - 1} sleepers get SIGTERM")
-    path = spec(f"bench-fail-{n}", n, f"[{baseline}, worker]", "on_failure: {grace: 5s}\n")
-    off = spec(f"bench-fail-off-{n}", n, f"[{baseline}, worker]",
-               "on_failure: {grace: 5s}\nisolation: {cgroups: off}\n")
-    shm_path = spec(f"bench-fail-shm-{n}", n, f"[{baseline}, worker]", "on_failure: {grace: 5s}\n",
-                    report=os.path.join(shm, "r.json"))
-    cases = with_compare({
-        "fork": [baseline, "failfast", str(n)],
-        "floor": [baseline, "failfast", str(n), floor_min],
-        "all": [baseline, "failfast", str(n), floor_all],
-        "iso": [baseline, "failfast", str(n), floor_all, "confined"],
-        "isoc": contract("failfast", str(n), floor_all, "confined"),
-        "xmprun": [xmprun, "-q", path],
-        "shm": [xmprun, "-q", shm_path],
-        "off": [xmprun, "-q", off],
-    }, path)
-    res = interleaved(cases, args.reps, lambda k, cmd: fail_latency(cmd))
-    m = {k: ms(v) for k, v in res.items()}
-    print(f"{'N':>4} {'fork+exec':>9} {'floor':>7} {'floor-all':>9} {'floor-iso':>9} {'xmprun':>7} "
-          f"{'/floor':>6} {'/all':>5} {'/iso':>5} {'tmpfs':>7} {'/iso':>5} {'no-cg':>7} {'/fork':>6}"
-          f" {'iso+contract':>12} {'/iso+c':>6}   (ms)")
-    print(f"{n:>4} {m['fork']:>9.2f} {m['floor']:>7.2f} {m['all']:>9.2f} {m['iso']:>9.2f} "
-          f"{m['xmprun']:>7.2f} {m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} "
-          f"{m['xmprun'] / m['iso']:>5.2f} {m['shm']:>7.2f} {m['shm'] / m['iso']:>5.2f} "
-          f"{m['off']:>7.2f} {m['off'] / m['fork']:>6.2f} {m['isoc']:>12.2f} "
-          f"{m['xmprun'] / m['isoc']:>6.2f}")
-    print_compare("failure -> exit", [(n, m)])
+    for n in [int(x) for x in args.fail_size.split(",")]:
+        print(f"\n## failure -> exit, N={n}: rank 0 exits 1 after 300 ms, {n - 1} sleepers get SIGTERM")
+        path = spec(f"bench-fail-{n}", n, f"[{baseline}, worker]", "on_failure: {grace: 5s}\n")
+        always = spec(f"bench-fail-always-{n}", n, f"[{baseline}, worker]",
+                      "on_failure: {grace: 5s, stacks: always}\n")
+        off = spec(f"bench-fail-off-{n}", n, f"[{baseline}, worker]",
+                   "on_failure: {grace: 5s}\nisolation: {cgroups: off}\n")
+        shm_path = spec(f"bench-fail-shm-{n}", n, f"[{baseline}, worker]", "on_failure: {grace: 5s}\n",
+                        report=os.path.join(shm, "r.json"))
+        cases = with_compare({
+            "fork": [baseline, "failfast", str(n)],
+            "floor": [baseline, "failfast", str(n), floor_min],
+            "all": [baseline, "failfast", str(n), floor_all],
+            "iso": [baseline, "failfast", str(n), floor_all, "confined"],
+            "isoc": contract("failfast", str(n), floor_all, "confined"),
+            "xmprun": [xmprun, "-q", path],
+            "always": [xmprun, "-q", always],
+            "shm": [xmprun, "-q", shm_path],
+            "off": [xmprun, "-q", off],
+        }, path)
+        res = interleaved(cases, args.reps, lambda k, cmd: fail_latency(cmd))
+        m = {k: ms(v) for k, v in res.items()}
+        print(f"{'N':>4} {'fork+exec':>9} {'floor':>7} {'floor-all':>9} {'floor-iso':>9} {'xmprun':>7} "
+              f"{'/floor':>6} {'/all':>5} {'/iso':>5} {'tmpfs':>7} {'/iso':>5} {'no-cg':>7} {'/fork':>6}"
+              f" {'iso+contract':>12} {'/iso+c':>6} {'stacks:always':>13} {'/iso+c':>6}   (ms)")
+        print(f"{n:>4} {m['fork']:>9.2f} {m['floor']:>7.2f} {m['all']:>9.2f} {m['iso']:>9.2f} "
+              f"{m['xmprun']:>7.2f} {m['xmprun'] / m['floor']:>6.2f} {m['xmprun'] / m['all']:>5.2f} "
+              f"{m['xmprun'] / m['iso']:>5.2f} {m['shm']:>7.2f} {m['shm'] / m['iso']:>5.2f} "
+              f"{m['off']:>7.2f} {m['off'] / m['fork']:>6.2f} {m['isoc']:>12.2f} "
+              f"{m['xmprun'] / m['isoc']:>6.2f} {m['always']:>13.2f} {m['always'] / m['isoc']:>6.2f}")
+        print_compare("failure -> exit", [(n, m)])
 
 if "console" in only:
     mib = args.console_mib

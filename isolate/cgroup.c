@@ -428,18 +428,26 @@ procs_hier(const struct xmp_cgroup *cg)
 }
 
 int
-xmp_cgroup_signal(struct xmp_cgroup *cg, int sig, struct xmp_error *err)
+xmp_cgroup_each_pid(struct xmp_cgroup *cg, bool (*fn)(pid_t pid, void *data), void *data,
+                    struct xmp_error *err)
 {
-    struct signal_pids s = {sig, getpid()};
     int i = procs_hier(cg), fd;
 
     if (i < 0)
         return 0;
     fd = xmp_cg_held_fd(cg, (size_t)i, "cgroup.procs");
-    if ((fd >= 0 ? xmp_cg_each_pid_fd(fd, true, signal_pid, &s)
-                 : xmp_cg_each_pid(cg->procs[i], signal_pid, &s)) < 0)
+    if ((fd >= 0 ? xmp_cg_each_pid_fd(fd, true, fn, data)
+                 : xmp_cg_each_pid(cg->procs[i], fn, data)) < 0)
         return xmp_error_set(err, errno, "read `%s`", cg->procs[i]);
     return 0;
+}
+
+int
+xmp_cgroup_signal(struct xmp_cgroup *cg, int sig, struct xmp_error *err)
+{
+    struct signal_pids s = {sig, getpid()};
+
+    return xmp_cgroup_each_pid(cg, signal_pid, &s, err);
 }
 
 void

@@ -145,6 +145,10 @@ int xmp_cgroup_kill(struct xmp_cgroup *cg, struct xmp_error *err);
  * a directory in. For a graceful SIGTERM; xmp_cgroup_kill is the sure SIGKILL. */
 int xmp_cgroup_signal(struct xmp_cgroup *cg, int sig, struct xmp_error *err);
 
+/* Calls fn for every process in cg (its cgroup.procs; false from fn stops the walk). */
+int xmp_cgroup_each_pid(struct xmp_cgroup *cg, bool (*fn)(pid_t pid, void *data), void *data,
+                        struct xmp_error *err);
+
 /* Opens the files that the stats read and the signal sweep of cg read, and keeps them open until
  * the cgroup is released or destroyed, so that each of those reads is a single pread: for the
  * supervisor's idle time while the job runs, which the end of the job then does not spend on

@@ -11,6 +11,7 @@
 #include "runner/spec/quantity.h"
 #include "runner/spec/spec.h"
 #include "runner/spec/spec_check.h"
+#include "runner/util/proc.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -449,20 +450,43 @@ cmd_stacks(const struct cli *cli)
         fprintf(stderr, "xmprun: stacks: XMPRUN_STACKS_TIMEOUT: %s\n", err.msg);
         return EXIT_USAGE;
     }
-    if (xmp_stacks_capture(job.pids, job.n_pids, budget_ms > 0 ? (long)budget_ms : 1, &st) < 0) {
+    /* Each worker with the processes below it (the Python under `sh -c`, its DataLoaders). */
+    pid_t *pids = calloc(job.n_pids * XMP_STACKS_MAX_PROCS + 1, sizeof(pid_t));
+    size_t *count = calloc(job.n_pids + 1, sizeof(size_t)), n = 0;
+    if (pids == NULL || count == NULL) {
+        free(pids);
+        free(count);
+        fprintf(stderr, "xmprun: stacks: out of memory\n");
+        return EXIT_SETUP;
+    }
+    for (size_t i = 0; i < job.n_pids; i++) {
+        pids[n] = job.pids[i];
+        count[i] = 1 + (job.pids[i] > 0 ? xmp_proc_descendants(job.pids[i], pids + n + 1,
+                                                               XMP_STACKS_MAX_PROCS - 1)
+                                        : 0);
+        n += count[i];
+    }
+    if (xmp_stacks_capture(pids, n, budget_ms > 0 ? (long)budget_ms : 1, &st) < 0) {
+        free(pids);
+        free(count);
         fprintf(stderr, "xmprun: stacks: out of memory\n");
         return EXIT_SETUP;
     }
     printf("job %s (xmprun pid %d): %zu worker%s\n", job.cgroup_name, (int)job.owner, job.n_pids,
            job.n_pids == 1 ? "" : "s");
-    for (size_t i = 0; i < st.n; i++) {
+    for (size_t i = 0, at = 0; i < job.n_pids; at += count[i++]) {
+        struct xmp_stack_proc *p = xmp_stacks_take_group(&st, at, count[i]);
         printf("\n=== worker %zu ===\n", i);
         if (job.pids[i] <= 0)
             printf("not running\n");
-        else
-            xmp_stacks_print(&st.procs[i], stdout);
+        else if (p != NULL)
+            xmp_stacks_print(p, stdout);
+        xmp_stack_proc_free(p);
+        free(p);
     }
     xmp_stacks_free(&st);
+    free(pids);
+    free(count);
     return 0;
 }
 

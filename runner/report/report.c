@@ -8,9 +8,11 @@
 #include "isolate/cgroup.h"
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
+#include "runner/report/collective.h"
 #include "runner/report/gpu.h"
 #include "runner/report/peer.h"
 #include "runner/report/stacks.h"
+#include "runner/report/words.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -201,9 +203,8 @@ describe_oom_limit(const struct xmp_worker_report *w, char *at, size_t size, cha
     }
 }
 
-/* "worker 3 (cuda:3)", or "worker 3" without devices. */
-static void
-worker_who(const struct xmp_worker_report *w, char *buf, size_t size)
+void
+xmp_worker_who(const struct xmp_worker_report *w, char *buf, size_t size)
 {
     char devs[128];
 
@@ -234,7 +235,7 @@ gpu_failure(const struct xmp_worker_report *w, struct xmp_report *r)
     if ((w->state != XMP_WORKER_EXITED && w->state != XMP_WORKER_SIGNALED) ||
         !xmp_gpu_failure_find(w->stderr_tail, w->n_tail, &f))
         return false;
-    worker_who(w, who, sizeof(who));
+    xmp_worker_who(w, who, sizeof(who));
     if (f.kind == XMP_GPU_OOM) {
         xmp_format_bytes(f.tried, tried, sizeof(tried));
         xmp_format_bytes(f.in_use, in_use, sizeof(in_use));
@@ -387,7 +388,7 @@ xmp_report_describe_hang(const struct xmp_worker_report *w, int64_t idle_ms, con
 {
     char who[160], dur[64];
 
-    worker_who(w, who, sizeof(who));
+    xmp_worker_who(w, who, sizeof(who));
     xmp_format_duration(idle_ms, dur, sizeof(dur));
     snprintf(buf, size, "%s hung: no output and no CPU time for %s%s%s", who, dur,
              where != NULL && where[0] != '\0' ? ", in " : "", where != NULL ? where : "");
@@ -416,60 +417,15 @@ void
 xmp_worker_describe(const struct xmp_worker_report *w, char *buf, size_t size)
 {
     char who[160];
+    const char *words;
 
-    worker_who(w, who, sizeof(who));
+    xmp_worker_who(w, who, sizeof(who));
     describe(w, who, buf, size);
-}
-
-/* The message of a torchelastic error file ({"message": {"message": "RuntimeError: ..."}}, or
- * a plain string message): the exception that ended the process, or NULL. */
-static const char *
-error_file_message(const struct xmp_worker_report *w)
-{
-    json_t *m = json_is_object(w->error_file) ? json_object_get(w->error_file, "message") : NULL;
-
-    if (json_is_object(m))
-        m = json_object_get(m, "message");
-    return json_is_string(m) && json_string_length(m) > 0 ? json_string_value(m) : NULL;
-}
-
-/* Whether line is the last line of a Python traceback: "ModuleNotFoundError: No module named
- * 'x'", "torch.OutOfMemoryError: ...", "KeyboardInterrupt" (a dotted name ending in Error,
- * Exception, Interrupt or Exit, alone or before ": "). */
-static bool
-is_exception_line(const char *line)
-{
-    static const char *const ends[] = {"Error", "Exception", "Interrupt", "Exit"};
-    size_t n = strspn(line, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.");
-
-    if (n == 0 || (line[n] != '\0' && strncmp(line + n, ": ", 2) != 0))
-        return false;
-    for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
-        size_t e = strlen(ends[i]);
-        if (n >= e && strncmp(line + n - e, ends[i], e) == 0)
-            return true;
+    /* Its own words on why, where it gave them: "...: KeyError: 'learning_rate'". */
+    if (w->state == XMP_WORKER_EXITED && w->exit_code != 0 && (words = xmp_words_own(w)) != NULL) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, size - len, ": %.300s", words);
     }
-    return false;
-}
-
-/* The zygote's own words in its stderr tail: its last exception line (exception set), else its
- * last line that is not blank; NULL when it wrote nothing. */
-static const char *
-tail_words(const struct xmp_worker_report *z, bool *exception)
-{
-    const char *last = NULL;
-
-    for (size_t i = z->n_tail; i-- > 0;) {
-        const char *line = z->stderr_tail[i];
-        if (is_exception_line(line)) {
-            *exception = true;
-            return line;
-        }
-        if (last == NULL && line[strspn(line, " \t\r")] != '\0')
-            last = line;
-    }
-    *exception = false;
-    return last;
 }
 
 /* "the zygote exited with status 1 before it forked the workers: ...". */
@@ -479,7 +435,7 @@ describe_zygote(const struct xmp_report *r, char *buf, size_t size)
     const struct xmp_worker_report *z = r->zygote;
     size_t len;
     bool exception = false;
-    const char *words = tail_words(z, &exception);
+    const char *words = xmp_words_tail(z, &exception);
 
     describe(z, "the zygote", buf, size);
     len = strlen(buf);
@@ -492,9 +448,10 @@ describe_zygote(const struct xmp_report *r, char *buf, size_t size)
                  " before it forked the workers: in start: fork the command must call "
                  "xmprun.spawn()");
     else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED &&
-             error_file_message(z) != NULL)
+             xmp_words_error_file(z) != NULL)
         /* It failed on its own, and the client wrote the exception down: its own words. */
-        snprintf(buf + len, size - len, " before it forked the workers: %s", error_file_message(z));
+        snprintf(buf + len, size - len, " before it forked the workers: %s",
+                 xmp_words_error_file(z));
     else if (r->zygote_before_fork && z->state == XMP_WORKER_EXITED && exception)
         /* No error file (it failed before the client was imported): its traceback's last line. */
         snprintf(buf + len, size - len, " before it forked the workers: %s", words);
@@ -621,7 +578,9 @@ xmp_report_finish(struct xmp_report *r)
                 gpu_fault_first(first, r);
                 return;
             }
-            worker_who(first, who, sizeof(who));
+            if (xmp_collective_cause(r, first))
+                return;
+            xmp_worker_who(first, who, sizeof(who));
             xmp_peer_describe(p, addr, r->nnodes > 1, what, sizeof(what));
             snprintf(r->cause_message, sizeof(r->cause_message), "%s %s", who, what);
         }

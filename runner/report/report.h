@@ -232,6 +232,9 @@ void xmp_format_duration(int64_t ms, char *buf, size_t size);
  * wins; addr gets the peer it names, or ""), or NULL. An OOM kill or a failed start is its own
  * cause whatever the lines say. */
 struct xmp_peer_pattern;
+/* "worker 3 (cuda:3)", or "worker 3" without devices. */
+void xmp_worker_who(const struct xmp_worker_report *w, char *buf, size_t size);
+
 const struct xmp_peer_pattern *xmp_worker_peer_loss(const struct xmp_worker_report *w,
                                                     char *const *lines, size_t n, char *addr,
                                                     size_t size);

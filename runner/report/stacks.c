@@ -38,7 +38,7 @@ read_small(const char *path, size_t max)
     char *buf = malloc(max + 1);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     size_t len = 0;
-    ssize_t n;
+    ssize_t n = 0;
 
     if (buf == NULL || fd < 0) {
         free(buf);
@@ -48,6 +48,14 @@ read_small(const char *path, size_t max)
     }
     while (len < max && (n = read(fd, buf + len, max - len)) > 0)
         len += (size_t)n;
+    /* /proc/PID/stack opens for its owner and refuses the read (EACCES) without CAP_SYS_ADMIN. */
+    if (len == 0 && n < 0) {
+        int saved = errno;
+        close(fd);
+        free(buf);
+        errno = saved;
+        return NULL;
+    }
     close(fd);
     buf[len] = '\0';
     return buf;
@@ -75,7 +83,9 @@ read_thread_stat(pid_t pid, struct xmp_stack_thread *t)
     free(text);
 }
 
-static void
+/* False when the kernel stack could not be read for want of the right: /proc/PID/stack needs
+ * CAP_SYS_ADMIN, which a regular user has not; the rest is read all the same. */
+static bool
 read_thread_kernel(pid_t pid, struct xmp_stack_thread *t)
 {
     char path[96];
@@ -90,7 +100,7 @@ read_thread_kernel(pid_t pid, struct xmp_stack_thread *t)
     snprintf(path, sizeof(path), "/proc/%d/task/%d/stack", (int)pid, (int)t->tid);
     text = read_small(path, 16384);
     if (text == NULL)
-        return;
+        return errno != EACCES && errno != EPERM;
     t->kernel = calloc(XMP_STACKS_MAX_FRAMES, sizeof(char *));
     for (line = strtok_r(text, "\n", &save);
          line != NULL && t->kernel != NULL && t->n_kernel < XMP_STACKS_MAX_FRAMES;
@@ -102,6 +112,7 @@ read_thread_kernel(pid_t pid, struct xmp_stack_thread *t)
             t->n_kernel++;
     }
     free(text);
+    return true;
 }
 
 static int
@@ -178,10 +189,14 @@ on_frame(Dwfl_Frame *state, void *arg)
 static size_t
 stop_threads(struct xmp_stack_proc *p, bool *seized, bool *stopped, int64_t deadline_ns)
 {
-    size_t n_seized = 0, n_stopped = 0;
+    size_t n_seized = 0, n_stopped = 0, n_gone = 0;
 
     for (size_t i = 0; i < p->n_threads; i++) {
         struct xmp_stack_thread *t = &p->threads[i];
+        if (t->state == 'Z' || t->state == 'X') {
+            snprintf(t->note, sizeof(t->note), "exited: no stack");
+            continue;
+        }
         if (t->state == 'D') {
             snprintf(t->note, sizeof(t->note), "in D state (uninterruptible): not stopped");
             continue;
@@ -194,19 +209,27 @@ stop_threads(struct xmp_stack_proc *p, bool *seized, bool *stopped, int64_t dead
         n_seized++;
         ptrace(PTRACE_INTERRUPT, t->tid, 0, 0);
     }
-    /* WSTOPPED without WEXITED: never reap the worker itself (its exit is the supervisor's). */
-    while (n_stopped < n_seized && xmp_stacks_now_ns() < deadline_ns) {
+    /* WSTOPPED without WEXITED: never reap the worker itself (its exit is the supervisor's). A
+     * thread that is exiting (a zombie, or dead) never stops: it is not waited for. */
+    while (n_stopped + n_gone < n_seized && xmp_stacks_now_ns() < deadline_ns) {
         for (size_t i = 0; i < p->n_threads; i++) {
+            struct xmp_stack_thread *t = &p->threads[i];
             siginfo_t si = {0};
-            if (!seized[i] || stopped[i])
+            if (!seized[i] || stopped[i] || t->state == 'Z' || t->state == 'X')
                 continue;
-            if (waitid(P_PID, (id_t)p->threads[i].tid, &si, WSTOPPED | WNOHANG | __WALL) == 0 &&
+            if (waitid(P_PID, (id_t)t->tid, &si, WSTOPPED | WNOHANG | __WALL) == 0 &&
                 si.si_pid != 0) {
                 stopped[i] = true;
                 n_stopped++;
+                continue;
+            }
+            read_thread_stat(p->pid, t);
+            if (t->state == 'Z' || t->state == 'X') {
+                snprintf(t->note, sizeof(t->note), "exited before it stopped");
+                n_gone++;
             }
         }
-        if (n_stopped < n_seized)
+        if (n_stopped + n_gone < n_seized)
             usleep(500);
     }
     return n_seized;
@@ -253,7 +276,10 @@ capture_one(struct xmp_stack_proc *p, int64_t deadline_ns)
     }
     for (size_t i = 0; i < p->n_threads; i++) {
         read_thread_stat(p->pid, &p->threads[i]);
-        read_thread_kernel(p->pid, &p->threads[i]);
+        if (!read_thread_kernel(p->pid, &p->threads[i]) && p->error[0] == '\0')
+            snprintf(p->error, sizeof(p->error),
+                     "no kernel stacks: /proc/PID/stack needs CAP_SYS_ADMIN, which xmprun has not "
+                     "here (the rest is read)");
         p->threads[i].native = calloc(XMP_STACKS_MAX_FRAMES, sizeof(struct xmp_stack_frame));
     }
     seized = calloc(p->n_threads, sizeof(bool));
@@ -438,6 +464,23 @@ xmp_stacks_take(struct xmp_stacks *s, size_t i)
     return p;
 }
 
+struct xmp_stack_proc *
+xmp_stacks_take_group(struct xmp_stacks *s, size_t first, size_t n)
+{
+    struct xmp_stack_proc *p = xmp_stacks_take(s, first);
+
+    if (p == NULL || n <= 1 || first + n > s->n)
+        return p;
+    p->children = calloc(n - 1, sizeof(*p->children));
+    if (p->children == NULL)
+        return p;
+    for (size_t k = 1; k < n; k++) {
+        p->children[p->n_children++] = s->procs[first + k];
+        memset(&s->procs[first + k], 0, sizeof(s->procs[0]));
+    }
+    return p;
+}
+
 static void
 free_frames(struct xmp_stack_frame *f, size_t n)
 {
@@ -464,6 +507,11 @@ xmp_stack_proc_free(struct xmp_stack_proc *p)
     free(p->threads);
     p->threads = NULL;
     p->n_threads = 0;
+    for (size_t i = 0; i < p->n_children; i++)
+        xmp_stack_proc_free(&p->children[i]);
+    free(p->children);
+    p->children = NULL;
+    p->n_children = 0;
 }
 
 void

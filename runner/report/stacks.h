@@ -48,7 +48,14 @@ struct xmp_stack_proc {
     size_t n_threads;
     bool truncated;  /* the budget ran out before all was read */
     char error[256]; /* "" or why nothing (or less) could be read */
+    /* A worker's top process only: its other processes (what it forked: the Python under
+     * `sh -c`, DataLoader workers), at most XMP_STACKS_MAX_PROCS - 1. */
+    struct xmp_stack_proc *children;
+    size_t n_children;
 };
+
+/* The processes of one worker whose stacks are taken, itself included. */
+#define XMP_STACKS_MAX_PROCS 8
 
 struct xmp_stacks {
     struct xmp_stack_proc *procs; /* one per pid given, in order */
@@ -65,6 +72,10 @@ int xmp_stacks_capture(const pid_t *pids, size_t n, long budget_ms, struct xmp_s
 
 /* Moves procs[i] out of s (the caller frees it with xmp_stack_proc_free and free). */
 struct xmp_stack_proc *xmp_stacks_take(struct xmp_stacks *s, size_t i);
+
+/* Takes s's procs [first, first + n) as one worker's (n >= 1): the first, with the others as its
+ * children; NULL when out of memory. */
+struct xmp_stack_proc *xmp_stacks_take_group(struct xmp_stacks *s, size_t first, size_t n);
 
 void xmp_stack_proc_free(struct xmp_stack_proc *p);
 void xmp_stacks_free(struct xmp_stacks *s);

@@ -41,15 +41,58 @@ xmp_stacks_thread_innermost(const struct xmp_stack_thread *t, char *buf, size_t 
     return buf;
 }
 
-const char *
-xmp_stacks_innermost(const struct xmp_stack_proc *p, char *buf, size_t size)
+static bool
+has_python(const struct xmp_stack_proc *p)
+{
+    for (size_t i = 0; i < p->n_threads; i++)
+        if (p->threads[i].n_python > 0)
+            return true;
+    return false;
+}
+
+/* Its main thread waits for a child to end (a shell that runs the command, a launcher). */
+static bool
+waits_for_children(const struct xmp_stack_proc *p)
+{
+    const struct xmp_stack_thread *t = p->n_threads > 0 ? &p->threads[0] : NULL;
+
+    if (t == NULL || t->n_python > 0)
+        return false;
+    if (strcmp(t->wchan, "do_wait") == 0)
+        return true;
+    for (size_t i = 0; i < t->n_native; i++)
+        if (t->native[i].function != NULL)
+            return strstr(t->native[i].function, "wait4") != NULL ||
+                   strstr(t->native[i].function, "waitpid") != NULL ||
+                   strstr(t->native[i].function, "waitid") != NULL;
+    return false;
+}
+
+/* The process of a worker whose stack says most: the first with Python frames (the worker's,
+ * then its children's), else the first that does more than wait for a child. */
+static const struct xmp_stack_proc *
+interesting(const struct xmp_stack_proc *p)
+{
+    if (has_python(p))
+        return p;
+    for (size_t i = 0; i < p->n_children; i++)
+        if (has_python(&p->children[i]))
+            return &p->children[i];
+    if (!waits_for_children(p))
+        return p;
+    for (size_t i = 0; i < p->n_children; i++)
+        if (p->children[i].n_threads > 0 && !waits_for_children(&p->children[i]))
+            return &p->children[i];
+    return p;
+}
+
+static const char *
+proc_innermost(const struct xmp_stack_proc *p, char *buf, size_t size)
 {
     char first[256], other[256];
     size_t len;
 
     buf[0] = '\0';
-    if (p == NULL)
-        return buf;
     if (p->n_threads == 0) {
         snprintf(buf, size, "%s", p->error[0] != '\0' ? p->error : "no stack");
         return buf;
@@ -71,8 +114,25 @@ xmp_stacks_innermost(const struct xmp_stack_proc *p, char *buf, size_t size)
     return buf;
 }
 
-void
-xmp_stacks_print(const struct xmp_stack_proc *p, FILE *out)
+const char *
+xmp_stacks_innermost(const struct xmp_stack_proc *p, char *buf, size_t size)
+{
+    const struct xmp_stack_proc *q;
+    size_t len;
+
+    buf[0] = '\0';
+    if (p == NULL)
+        return buf;
+    q = interesting(p);
+    proc_innermost(q, buf, size);
+    len = strlen(buf);
+    if (q != p && len < size)
+        snprintf(buf + len, size - len, " (its child %d, %s)", (int)q->pid, q->comm);
+    return buf;
+}
+
+static void
+print_proc(const struct xmp_stack_proc *p, FILE *out)
 {
     fprintf(out, "pid %d (%s)%s%s%s\n", (int)p->pid, p->comm,
             p->python[0] != '\0' ? ", Python " : "", p->python,
@@ -103,6 +163,16 @@ xmp_stacks_print(const struct xmp_stack_proc *p, FILE *out)
     }
 }
 
+void
+xmp_stacks_print(const struct xmp_stack_proc *p, FILE *out)
+{
+    print_proc(p, out);
+    for (size_t i = 0; i < p->n_children; i++) {
+        fprintf(out, "\n--- its process ");
+        print_proc(&p->children[i], out);
+    }
+}
+
 static json_t *
 str_json(const char *s)
 {
@@ -112,7 +182,7 @@ str_json(const char *s)
 json_t *
 xmp_stacks_to_json(const struct xmp_stack_proc *p)
 {
-    json_t *threads = json_array();
+    json_t *threads = json_array(), *out;
 
     for (size_t i = 0; i < p->n_threads; i++) {
         const struct xmp_stack_thread *t = &p->threads[i];
@@ -137,9 +207,16 @@ xmp_stacks_to_json(const struct xmp_stack_proc *p)
                                         "wchan", str_json(t->wchan), "kernel", kernel, "native",
                                         native, "python", python, "note", str_json(t->note)));
     }
-    return json_pack("{s:i, s:o, s:o, s:b, s:o, s:o}", "pid", (int)p->pid, "python",
-                     str_json(p->python), "error", str_json(p->error), "truncated", p->truncated,
-                     "threads", threads, "comm", str_json(p->comm));
+    out = json_pack("{s:i, s:o, s:o, s:b, s:o, s:o}", "pid", (int)p->pid, "python",
+                    str_json(p->python), "error", str_json(p->error), "truncated", p->truncated,
+                    "threads", threads, "comm", str_json(p->comm));
+    if (out != NULL && p->n_children > 0) {
+        json_t *children = json_array();
+        for (size_t i = 0; i < p->n_children; i++)
+            json_array_append_new(children, xmp_stacks_to_json(&p->children[i]));
+        json_object_set_new(out, "children", children);
+    }
+    return out;
 }
 
 static char *
@@ -177,26 +254,27 @@ frames_from_json(json_t *arr, size_t *n, const char *file_key)
     return f;
 }
 
-struct xmp_stack_proc *
-xmp_stacks_from_json(json_t *j)
+/* Fills p (zeroed) from j; false when j is not a process's stacks. */
+static bool
+proc_from_json(json_t *j, struct xmp_stack_proc *p)
 {
-    struct xmp_stack_proc *p;
-    json_t *threads = json_object_get(j, "threads"), *t;
+    json_t *threads = json_object_get(j, "threads"), *t, *children = json_object_get(j, "children");
     size_t i;
 
     if (!json_is_object(j) || !json_is_array(threads))
-        return NULL;
-    p = calloc(1, sizeof(*p));
-    if (p == NULL)
-        return NULL;
+        return false;
     p->pid = (pid_t)json_integer_value(json_object_get(j, "pid"));
     p->truncated = json_is_true(json_object_get(j, "truncated"));
     copy_str(p->comm, sizeof(p->comm), json_object_get(j, "comm"));
     copy_str(p->python, sizeof(p->python), json_object_get(j, "python"));
     copy_str(p->error, sizeof(p->error), json_object_get(j, "error"));
+    if (json_array_size(children) > 0 &&
+        (p->children = calloc(json_array_size(children), sizeof(*p->children))) != NULL)
+        json_array_foreach(children, i, t) if (proc_from_json(t, &p->children[p->n_children]))
+            p->n_children++;
     p->threads = calloc(json_array_size(threads) + 1, sizeof(*p->threads));
     if (p->threads == NULL)
-        return p;
+        return true;
     json_array_foreach(threads, i, t)
     {
         struct xmp_stack_thread *th = &p->threads[p->n_threads++];
@@ -214,6 +292,18 @@ xmp_stacks_from_json(json_t *j)
             th->kernel[th->n_kernel++] = strdup(json_string_value(k));
         th->native = frames_from_json(json_object_get(t, "native"), &th->n_native, "module");
         th->python = frames_from_json(json_object_get(t, "python"), &th->n_python, "file");
+    }
+    return true;
+}
+
+struct xmp_stack_proc *
+xmp_stacks_from_json(json_t *j)
+{
+    struct xmp_stack_proc *p = calloc(1, sizeof(*p));
+
+    if (p != NULL && !proc_from_json(j, p)) {
+        free(p);
+        return NULL;
     }
     return p;
 }

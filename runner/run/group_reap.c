@@ -6,6 +6,7 @@
 #endif
 #include "runner/run/group_internal.h"
 #include "runner/run/zygote.h"
+#include "runner/util/proc.h"
 
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
@@ -294,6 +295,12 @@ xmp_grp_finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const sig
     rep->user_s = (double)ru->ru_utime.tv_sec + (double)ru->ru_utime.tv_usec / 1e6;
     rep->system_s = (double)ru->ru_stime.tv_sec + (double)ru->ru_stime.tv_usec / 1e6;
     rep->state = end_state(sv, w);
+    /* Stacks taken as it was ending of itself show its exit, not where it was. */
+    if (!w->stop_sent && rep->stacks != NULL) {
+        xmp_stack_proc_free(rep->stacks);
+        free(rep->stacks);
+        rep->stacks = NULL;
+    }
     xmp_grp_ep_del(sv, w->pidfd);
     if (w->pidfd >= 0)
         close(w->pidfd);
@@ -305,6 +312,43 @@ xmp_grp_finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const sig
     account_worker(sv, w);
 }
 
+/* Whether sig is caught by the process: /proc/PID/status's SigCgt, which a zombie still has
+ * until it is reaped. */
+static bool
+catches(pid_t pid, int sig)
+{
+    char path[64], buf[2048];
+    const char *line;
+    unsigned long long mask = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    if (xmp_proc_read(path, buf, sizeof(buf)) <= 0 || (line = strstr(buf, "\nSigCgt:")) == NULL ||
+        sscanf(line + 8, "%llx", &mask) != 1)
+        return true; /* unknown: the stop's */
+    return (mask & 1ULL << (sig - 1)) != 0;
+}
+
+/* A worker that was sent a stop and exited with a status of its own was not ended by it when it
+ * does not catch the signal (which would have killed it): it was already in its exit (every
+ * rank of a job with a typo ends at once, and a process in its exit drops signals) or ignores
+ * the signal. Peeked at (WNOWAIT) before the reap, only then. */
+static bool
+ended_of_itself(const struct xmp_supervisor *sv, const struct xmp_worker *w)
+{
+    siginfo_t si;
+    struct rusage ru;
+
+    if (xmp_grp_wait_worker(w, WNOHANG | WNOWAIT, &si, &ru) != 0 || si.si_pid == 0 ||
+        si.si_code != CLD_EXITED)
+        return false;
+    /* A shell's report of its child's death by the stop. */
+    if (si.si_status > 128 && xmp_grp_is_stop_signal(si.si_status - 128))
+        return false;
+    /* The stop's signal: SIGTERM, or the one forwarded from outside. */
+    return !catches(w->pid,
+                    sv->report.interrupt_signal > 0 ? sv->report.interrupt_signal : SIGTERM);
+}
+
 /* Reaps the worker if it has exited; its status is taken through the pidfd so that a recycled
  * pid can never be confused with it. */
 void
@@ -313,7 +357,11 @@ xmp_grp_try_reap(struct xmp_supervisor *sv, struct xmp_worker *w)
     siginfo_t si;
     struct rusage ru;
 
-    if (w->running && xmp_grp_wait_worker(w, WNOHANG, &si, &ru) == 0 && si.si_pid != 0)
+    if (!w->running)
+        return;
+    if (w->stop_sent && !w->hung && ended_of_itself(sv, w))
+        w->stop_sent = false;
+    if (xmp_grp_wait_worker(w, WNOHANG, &si, &ru) == 0 && si.si_pid != 0)
         xmp_grp_finish_worker(sv, w, &si, &ru);
 }
 

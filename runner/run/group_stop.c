@@ -6,6 +6,7 @@
 #endif
 #include "runner/run/group_internal.h"
 #include "runner/run/spawn.h"
+#include "runner/util/proc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -72,37 +73,103 @@ xmp_grp_kill_all_now(struct xmp_supervisor *sv)
     xmp_grp_arm_timer(sv);
 }
 
+/* A worker's processes for its stacks, itself first, into out[0, XMP_STACKS_MAX_PROCS): its
+ * cgroup's, else those below it. */
+struct procs {
+    pid_t *out;
+    size_t n;
+};
+
+static bool
+add_proc(pid_t pid, void *data)
+{
+    struct procs *p = data;
+
+    if (pid != p->out[0])
+        p->out[p->n++] = pid;
+    return p->n < XMP_STACKS_MAX_PROCS;
+}
+
+static size_t
+worker_procs(struct xmp_worker *w, pid_t *out)
+{
+    struct procs p = {out, 1};
+    struct xmp_error err = {0};
+
+    out[0] = w->pid;
+    if (w->cg != NULL && xmp_cgroup_each_pid(w->cg, add_proc, &p, &err) == 0)
+        return p.n;
+    return 1 + xmp_proc_descendants(w->pid, out + 1, XMP_STACKS_MAX_PROCS - 1);
+}
+
 void
 xmp_grp_capture_stacks(struct xmp_supervisor *sv)
 {
-    pid_t *pids = calloc(sv->n_workers + 1, sizeof(pid_t));
-    size_t *idx = calloc(sv->n_workers + 1, sizeof(size_t));
+    pid_t *pids = calloc(sv->n_workers * XMP_STACKS_MAX_PROCS + 1, sizeof(pid_t));
+    size_t *first = calloc(sv->n_workers + 1, sizeof(size_t));
+    size_t *count = calloc(sv->n_workers + 1, sizeof(size_t));
     struct xmp_stacks st = {0};
     size_t n = 0;
 
-    for (size_t i = 0; pids != NULL && idx != NULL && i < sv->n_workers; i++) {
+    for (size_t i = 0; pids != NULL && first != NULL && count != NULL && i < sv->n_workers; i++) {
         struct xmp_worker *w = &sv->workers[i];
         if (w->running && w->pid > 0 && w->rep != NULL && w->rep->stacks == NULL) {
-            pids[n] = w->pid;
-            idx[n++] = i;
+            first[i] = n;
+            count[i] = worker_procs(w, pids + n);
+            n += count[i];
         }
     }
     if (n > 0 && xmp_stacks_capture(pids, n, XMP_STACKS_BUDGET_MS, &st) == 0) {
-        for (size_t k = 0; k < n; k++)
-            sv->workers[idx[k]].rep->stacks = xmp_stacks_take(&st, k);
+        for (size_t i = 0; i < sv->n_workers; i++)
+            if (count[i] > 0)
+                sv->workers[i].rep->stacks = xmp_stacks_take_group(&st, first[i], count[i]);
         xmp_stacks_free(&st);
     }
     free(pids);
-    free(idx);
+    free(first);
+    free(count);
+}
+
+/* A worker's failure that says what happened in its own words (an exit status, an OOM kill of
+ * its cgroup; the traceback or error file come with the status) leaves little for its peers'
+ * stacks to add, and they would delay the stop: on_failure.stacks: auto leaves them out then. A
+ * death by any other signal (SIGSEGV, a SIGKILL from outside) is worth them, and so is a lost
+ * peer or a collective's timeout: the cause is elsewhere, maybe in a peer's stack. */
+static bool
+stacks_wanted(const struct xmp_supervisor *sv, enum xmp_stop_reason reason)
+{
+    if (sv->spec->stacks != XMP_STACKS_AUTO)
+        return sv->spec->stacks == XMP_STACKS_ALWAYS;
+    if (reason != XMP_STOP_FAILURE)
+        return true;
+    for (size_t i = 0; i < sv->n_workers; i++) {
+        const struct xmp_worker *w = &sv->workers[i];
+        struct xmp_cgroup_stats st;
+        struct xmp_error err = {0};
+        char addr[96];
+        if (w->running || w->stop_sent || w->rep == NULL || !xmp_worker_failed(w->rep))
+            continue;
+        if (xmp_worker_peer_loss(w->rep, w->tail.lines, w->tail.count, addr, sizeof(addr)) != NULL)
+            return true;
+        if (w->rep->state != XMP_WORKER_SIGNALED)
+            continue;
+        /* Its OOM kill is only counted later (account_worker): its cgroup says it now. */
+        if (w->rep->signal == SIGKILL && w->cg != NULL &&
+            xmp_cgroup_read_stats(w->cg, &st, &err) == 0 && st.oom_kills > 0)
+            continue;
+        return true;
+    }
+    return false;
 }
 
 void
 xmp_grp_stop_all(struct xmp_supervisor *sv, enum xmp_stop_reason reason, int sig)
 {
-    /* Where they are, before the signal changes it; the grace starts after. */
-    xmp_grp_capture_stacks(sv);
     if (sv->stopping == XMP_STOP_NONE)
         sv->stopping = reason;
+    /* Where they are, before the signal changes it; the grace starts after. */
+    if (stacks_wanted(sv, reason))
+        xmp_grp_capture_stacks(sv);
     sv->peer_wait_ns = 0;
     if (reason != XMP_STOP_FAILURE)
         signal_zygote(sv, sig);
@@ -206,7 +273,7 @@ xmp_grp_on_interrupt(struct xmp_supervisor *sv, int sig)
     int64_t now;
 
     /* The first signal: where the workers are, before the forwarded signal changes it. */
-    if (sv->report.interrupt_signal == 0)
+    if (sv->report.interrupt_signal == 0 && sv->spec->stacks != XMP_STACKS_NEVER)
         xmp_grp_capture_stacks(sv);
     now = xmp_now_ns();
     /* Forward to every worker's process group, as a terminal would to a foreground job. */

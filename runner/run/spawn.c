@@ -313,9 +313,12 @@ child_main(void *arg)
     }
     execve(a->path, a->argv, a->envp);
     int saved = errno;
+    struct stat st;
     xmp_error_set(&c->err, saved, "exec `%s`", a->argv[0]);
     if (saved == ENOENT)
         explain_missing_interpreter(a->path, a->argv[0], &c->err);
+    if (saved == EACCES && stat(a->path, &st) == 0 && S_ISDIR(st.st_mode))
+        xmp_error_set(&c->err, 0, "exec `%s`: it is a directory, not a program", a->argv[0]);
     child_fail(c, saved == ENOENT ? 127 : 126);
 }
 

@@ -40,6 +40,8 @@ enum xmp_seccomp_mode {
  * workers; worker: only its own; off: no filter. */
 enum xmp_devices_mode { XMP_DEVICES_JOB = 0, XMP_DEVICES_WORKER, XMP_DEVICES_OFF };
 enum xmp_failure_action { XMP_FAILURE_KILL_ALL = 0, XMP_FAILURE_CONTINUE };
+/* on_failure.stacks: when the workers' stacks are taken before a stop. */
+enum xmp_stacks_policy { XMP_STACKS_AUTO = 0, XMP_STACKS_ALWAYS, XMP_STACKS_NEVER };
 enum xmp_console_mode {
     XMP_CONSOLE_PREFIX = 0,
     XMP_CONSOLE_RAW,
@@ -113,7 +115,8 @@ struct xmp_spec {
     /* on_failure.hang_timeout: a worker with no output and no CPU time for this long is hung
      * (0 = off, the default). */
     int64_t hang_timeout_ms;
-    int64_t timeout_ms; /* 0 = none */
+    enum xmp_stacks_policy stacks; /* on_failure.stacks */
+    int64_t timeout_ms;            /* 0 = none */
     enum xmp_console_mode console;
     char *log_dir; /* NULL = none */
     long log_tail;

@@ -50,11 +50,12 @@ static const struct xmp_keydef isolation_keys[] = {
     [I_SECCOMP] = {"seccomp"}, [I_NO_NEW_PRIVS] = {"no_new_privs"},
     [I_DEVICES] = {"devices"}, [I_USER] = {"user"}};
 
-enum { F_ACTION, F_GRACE, F_RESTARTS, F_HANG_TIMEOUT, F_N };
+enum { F_ACTION, F_GRACE, F_RESTARTS, F_HANG_TIMEOUT, F_STACKS, F_N };
 static const struct xmp_keydef failure_keys[] = {[F_ACTION] = {"action"},
                                                  [F_GRACE] = {"grace"},
                                                  [F_RESTARTS] = {"restarts"},
-                                                 [F_HANG_TIMEOUT] = {"hang_timeout"}};
+                                                 [F_HANG_TIMEOUT] = {"hang_timeout"},
+                                                 [F_STACKS] = {"stacks"}};
 
 enum { L_CONSOLE, L_DIR, L_TAIL, L_N };
 static const struct xmp_keydef log_keys[] = {
@@ -140,6 +141,8 @@ static const char *const start_names[] = {"exec", "fork"};
 static const char *const cgroups_names[] = {"auto", "required", "optional", "off"};
 static const char *const cgroup_manager_names[] = {"auto", "cgroupfs", "systemd"};
 static const char *const action_names[] = {"kill-all", "continue"};
+/* In enum xmp_stacks_policy's order. */
+static const char *const stacks_names[] = {"auto", "always", "never"};
 static const char *const console_names[] = {"prefix", "raw", "rank0", "none"};
 
 #define COUNT(a) (sizeof(a) / sizeof(a[0]))
@@ -585,6 +588,9 @@ check_on_failure(struct xmp_check *c, const struct xmp_node *n, struct xmp_spec 
         xmp_check_int(c, v[F_RESTARTS], "on_failure.restarts", 0, INT_MAX, false, 0, &s->restarts);
     if (v[F_HANG_TIMEOUT])
         xmp_check_duration(c, v[F_HANG_TIMEOUT], "on_failure.hang_timeout", &s->hang_timeout_ms);
+    if (v[F_STACKS] && xmp_check_enum(c, v[F_STACKS], "on_failure.stacks", stacks_names,
+                                      COUNT(stacks_names), &idx))
+        s->stacks = (enum xmp_stacks_policy)idx;
 }
 
 static void
@@ -659,6 +665,7 @@ set_defaults(struct xmp_spec *s)
     s->grace_ms = 5000; /* fits inside Docker/Podman's 10 s stop timeout (SPEC.md) */
     s->restarts = 0;
     s->hang_timeout_ms = 0;
+    s->stacks = XMP_STACKS_AUTO;
     s->timeout_ms = 0;
     s->console = XMP_CONSOLE_PREFIX;
     s->log_tail = 40;

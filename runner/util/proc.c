@@ -1,9 +1,12 @@
-/* What /proc says of a process: its parent and its start time, from /proc/PID/stat. */
+/* What /proc says of a process: its parent and its start time, from /proc/PID/stat, and the
+ * processes below it. */
 #include "runner/util/proc.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -71,4 +74,53 @@ xmp_proc_start_time(pid_t pid, unsigned long long *out)
                out) != 1)
         return -1;
     return 0;
+}
+
+/* Appends the pids of one /proc/PID/task/TID/children file to out[*n, max). */
+static void
+add_children(const char *path, pid_t *out, size_t *n, size_t max)
+{
+    char buf[4096];
+
+    if (xmp_proc_read(path, buf, sizeof(buf)) <= 0)
+        return;
+    for (char *p = buf, *end; *p != '\0' && *n < max; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        out[(*n)++] = (pid_t)v;
+    }
+}
+
+/* Appends the children of every thread of parent (a child is listed under the thread that
+ * forked it). */
+static void
+add_thread_children(pid_t parent, pid_t *out, size_t *n, size_t max)
+{
+    char path[96];
+    DIR *d;
+    struct dirent *e;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)parent);
+    if ((d = opendir(path)) == NULL)
+        return;
+    while ((e = readdir(d)) != NULL && *n < max) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/task/%.16s/children", (int)parent, e->d_name);
+        add_children(path, out, n, max);
+    }
+    closedir(d);
+}
+
+size_t
+xmp_proc_descendants(pid_t pid, pid_t *out, size_t max)
+{
+    size_t n = 0;
+
+    /* out is the queue: each process's children go behind it. */
+    add_thread_children(pid, out, &n, max);
+    for (size_t i = 0; i < n && n < max; i++)
+        add_thread_children(out[i], out, &n, max);
+    return n;
 }

@@ -16,4 +16,8 @@ pid_t xmp_proc_parent(pid_t pid);
  * read: with the pid, it names a process uniquely, so a recycled pid is not mistaken for it. */
 int xmp_proc_start_time(pid_t pid, unsigned long long *out);
 
+/* The live processes below pid (the children of each of its threads, then theirs), breadth
+ * first, at most max of them into out; returns how many. */
+size_t xmp_proc_descendants(pid_t pid, pid_t *out, size_t max);
+
 #endif

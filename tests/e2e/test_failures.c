@@ -481,35 +481,48 @@ Test(failures, nccl_error_is_named, .timeout = 60)
  * fixture host's root, which the worker writes the driver's line to, for its own GPU's PCI
  * address): the root cause names the GPU, its PCI address and the Xid first, and the report
  * keeps the event; the exit status stays the worker's. */
-Test(failures, gpu_fault_from_the_kernel_log_is_named_first, .timeout = 60)
+/* A one-GPU job (cuda:0, 0000:18:00.0 on the gpu4 fixture) whose worker writes the driver's Xid
+ * line for the GPU at pci to the fixture's /dev/kmsg, then exits 1: the report. */
+static void
+gpu_fault_run(struct e2e *e, const char *pci)
 {
-    struct e2e e;
-    char *root = NULL, *text = NULL, *env = NULL;
+    char *root = NULL, *text = NULL, *env = NULL, *copy = NULL, *xid = NULL;
 
-    e2e_init(&e);
-    cr_assert(asprintf(&root, "%s/host", e.dir) > 0);
-    char *copy = NULL;
+    e2e_init(e);
+    cr_assert(asprintf(&root, "%s/host", e->dir) > 0);
     cr_assert(asprintf(&copy, "cp -r %s/hosts/gpu4 %s && mkdir -p %s/dev && mkfifo %s/dev/kmsg",
                        xt_fixtures(), root, root, root) > 0);
-    cr_assert_eq(e2e_sh(&e, 30, copy), 0, "%s", e.r.err);
+    cr_assert_eq(e2e_sh(e, 30, copy), 0, "%s", e->r.err);
     free(copy);
     /* The driver's line as /dev/kmsg gives it; cp blocks on the FIFO until xmprun reads it (an
      * xmprun that does not read it: the worker gives up after 5 s and just fails). */
-    free(xt_write_file(e.dir, "xid.txt",
-                       "6,981,84645562,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen "
-                       "off the bus.\n"));
+    cr_assert(asprintf(&xid,
+                       "6,981,84645562,-;NVRM: Xid (PCI:%s): 79, pid=1, GPU has fallen off the "
+                       "bus.\n",
+                       pci) > 0);
+    free(xt_write_file(e->dir, "xid.txt", xid));
+    free(xid);
     cr_assert(asprintf(&text,
                        "version: 1\nname: gpufault\nworkers: 1\ndevices: {kind: cuda}\n"
                        "resources: {worker: {cpuset: none}}\n"
                        "command: 'timeout 5 cp %s/xid.txt %s/dev/kmsg; sleep 0.2; exit 1'\n",
-                       e.dir, root) > 0);
-    e2e_set_spec(&e, text);
+                       e->dir, root) > 0);
+    e2e_set_spec(e, text);
     cr_assert(asprintf(&env, "XMPRUN_HOST_ROOT=%s", root) > 0);
-    char *argv[] = {(char *)xt_bin(), "--report", e.report, e.spec, NULL};
-    char *envp[] = {e.state_env, env, NULL};
-    cr_assert_eq(xt_run(&e.r, argv, envp, e.dir, 60), 0);
-    cr_assert_eq(e.r.status, 1, "stderr:\n%s", e.r.err);
-    e2e_load_report(&e);
+    char *argv[] = {(char *)xt_bin(), "--report", e->report, e->spec, NULL};
+    char *envp[] = {e->state_env, env, NULL};
+    cr_assert_eq(xt_run(&e->r, argv, envp, e->dir, 60), 0);
+    cr_assert_eq(e->r.status, 1, "stderr:\n%s", e->r.err);
+    e2e_load_report(e);
+    free(env);
+    free(root);
+}
+
+Test(failures, gpu_fault_from_the_kernel_log_is_named_first, .timeout = 60)
+{
+    struct e2e e;
+
+    gpu_fault_run(&e, "0000:18:00");
     json_t *rc = json_object_get(e.rep, "root_cause");
     cr_expect_str_eq(e2e_str(rc, "reason"), "gpu_fault");
     const char *msg = e2e_str(rc, "message");
@@ -521,8 +534,20 @@ Test(failures, gpu_fault_from_the_kernel_log_is_named_first, .timeout = 60)
     json_t *f = json_array_get(json_object_get(e2e_worker(&e, 0), "gpu_faults"), 0);
     cr_expect_eq(json_integer_value(json_object_get(f, "xid")), 79);
     cr_expect_str_eq(e2e_str(f, "pci"), "0000:18:00.0");
-    free(env);
-    free(root);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* An Xid of a GPU that is not the worker's (another job's, cuda:2 here) leaves it alone: its
+ * failure is its own. */
+Test(failures, gpu_fault_of_another_gpu_is_not_the_workers, .timeout = 60)
+{
+    struct e2e e;
+
+    gpu_fault_run(&e, "0000:3a:00");
+    json_t *rc = json_object_get(e.rep, "root_cause");
+    cr_expect_str_eq(e2e_str(rc, "reason"), "exited", "%s", e2e_str(rc, "message"));
+    cr_expect_null(json_object_get(e2e_worker(&e, 0), "gpu_faults"), "%s", e.r.err);
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }

@@ -243,3 +243,52 @@ Test(stacks, stacks_command_reads_a_running_job_that_goes_on, .timeout = 120)
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
+
+/* A worker run through a shell, as the examples and most specs run Python: its stacks reach the
+ * Python child, the summary names the Python child's frame (not the shell's wait, nor that of the
+ * sleep started before it), and the text file has every process. Without cgroups the processes
+ * are found below the worker; with them, in its cgroup. */
+static void
+shell_worker(const char *cgroups)
+{
+    struct e2e e;
+    char *text = NULL;
+    json_t *st, *child, *main_thread;
+
+    e2e_init(&e);
+    free(xt_write_file(e.dir, "worker.py", worker_py));
+    cr_assert_gt(asprintf(&text,
+                          "version: 1\nname: stacks-sh\nworkers: 1\ndevices: {kind: cpu}\n"
+                          "isolation: {cgroups: %s}\n"
+                          "command: [sh, -c, 'sleep 60 & " PYTHON " %s/worker.py']\n"
+                          "timeout: 3s\non_failure: {grace: 1s}\n",
+                          cgroups, e.dir),
+                 0);
+    e2e_set_spec(&e, text);
+    cr_assert_eq(e2e_run(&e, 60, NULL), 124, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    st = json_object_get(e2e_worker(&e, 0), "stacks");
+    cr_assert(json_is_object(st), "no stacks:\n%s", e.r.err);
+    cr_assert_str_eq(e2e_str(st, "comm"), "sh");
+    cr_assert_eq(json_array_size(json_object_get(st, "children")), 2, "%s", e.r.err);
+    child = json_array_get(json_object_get(st, "children"), 1);
+    cr_assert_str_eq(e2e_str(json_array_get(json_object_get(st, "children"), 0), "comm"), "sleep");
+    cr_assert_str_eq(e2e_str(child, "comm"), "python3");
+    main_thread = json_array_get(json_object_get(child, "threads"), 0);
+    cr_assert_not_null(python_frame(main_thread, "wait_for_peer"), "%s", e.r.err);
+    cr_assert_not_null(strstr(e.r.err, "xmprun: worker 0 was stopped in wait_for_peer ("), "%s",
+                       e.r.err);
+    cr_assert_not_null(strstr(e.r.err, ") (its child "), "%s", e.r.err);
+    char *file = xt_read_file(e2e_path(&e, "report.stacks/worker-0.txt"));
+    cr_assert_not_null(file);
+    cr_assert_not_null(strstr(file, "--- its process pid "), "%s", file);
+    free(file);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+Test(stacks, a_shell_workers_python_child, .timeout = 120)
+{
+    shell_worker("off");
+    shell_worker("required");
+}

@@ -318,3 +318,25 @@ Test(unprivileged, an_unreadable_worker_is_said_to_be_unmeasured, .timeout = 120
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
+
+/* A regular user's stacks: the kernel's are root's to read, and the report says so; the rest
+ * (the native frames) is read all the same. */
+Test(unprivileged, stacks_without_the_kernel_stack_say_why, .timeout = 120)
+{
+    struct e2e e;
+    e2e_init(&e);
+    uid_t uid = regular_user(&e);
+    e2e_spec(&e, "version: 1\nname: userstacks\nworkers: 1\ndevices: {kind: cpu}\n"
+                 "command: [sleep, '60']\ntimeout: 1s\non_failure: {grace: 1s}\n");
+    cr_assert_eq(run_as_user(&e, uid, ""), 124, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    json_t *st = json_object_get(e2e_worker(&e, 0), "stacks");
+    cr_assert(json_is_object(st), "no stacks:\n%s", e.r.err);
+    cr_assert_not_null(strstr(e2e_str(st, "error"), "no kernel stacks: /proc/PID/stack needs "
+                                                    "CAP_SYS_ADMIN"),
+                       "%s", e2e_str(st, "error"));
+    json_t *thread = json_array_get(json_object_get(st, "threads"), 0);
+    cr_assert_gt(json_array_size(json_object_get(thread, "native")), 0, "no native frames");
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}

@@ -2,10 +2,12 @@
  * SOURCES.md says where each came from), and the root cause they give in a report. */
 #define _GNU_SOURCE
 #include "helpers/testlib.h"
+#include "runner/report/collective.h"
 #include "runner/report/peer.h"
 #include "runner/report/report.h"
 
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,5 +161,118 @@ Test(peer, own_failure_beats_peer_loss)
     cr_assert_eq(r.cause_rank, 1);
     cr_assert_eq(r.exit_code, 3);
     cr_assert_str_eq(r.cause_message, "worker 1 (cpu) exited with status 3");
+    xmp_report_release(&r);
+}
+
+/* NCCL's watchdog timeout, read from real runs: the collective, its SeqNum, its timeout and how
+ * long it ran; PyTorch 2.2 and later add the last completed work. */
+Test(peer, collective_timeout_is_read)
+{
+    struct tail t;
+    struct xmp_collective_timeout ct;
+
+    load_tail("nccl-timeout-pg", &t);
+    cr_assert(xmp_collective_timeout_find(t.lines, t.n, &ct));
+    cr_assert_eq(ct.seq, 1);
+    cr_assert_str_eq(ct.op, "COALESCED");
+    cr_assert_eq(ct.timeout_ms, 1800000);
+    cr_assert_eq(ct.ran_ms, 1800014);
+    cr_assert_eq(ct.last_completed, -1);
+    free(t.text);
+
+    load_tail("nccl-watchdog", &t);
+    cr_assert(xmp_collective_timeout_find(t.lines, t.n, &ct));
+    cr_assert_eq(ct.seq, 469508);
+    cr_assert_str_eq(ct.op, "ALLREDUCE");
+    cr_assert_eq(ct.timeout_ms, 1800000);
+    cr_assert_eq(ct.ran_ms, 1802212);
+    cr_assert_eq(ct.last_completed, XMP_SEQ_UNKNOWN);
+    free(t.text);
+
+    load_tail("gloo-timeout", &t);
+    cr_assert_not(xmp_collective_timeout_find(t.lines, t.n, &ct));
+    free(t.text);
+}
+
+/* A rank's lines in the format of nccl-timeout-pg.txt, for the collective SeqNum 42 and the
+ * given last completed work. */
+static void
+timed_out(struct xmp_worker_report *w, long long last_completed)
+{
+    w->stderr_tail = calloc(2, sizeof(char *));
+    cr_assert(asprintf(&w->stderr_tail[0],
+                       "[rank%d]:[E1103 07:34:57.460801783 ProcessGroupNCCL.cpp:1834] [PG ID 0 PG "
+                       "GUID 0(default_pg) Rank %d] Timeout at NCCL work: 42, last enqueued NCCL "
+                       "work: 42, last completed NCCL work: %lld.",
+                       w->rank, w->rank, last_completed) > 0);
+    cr_assert(asprintf(&w->stderr_tail[1],
+                       "[rank%d]:[E1103 07:34:57.462234381 ProcessGroupNCCL.cpp:1595] [Rank %d] "
+                       "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, "
+                       "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+                       "600087 milliseconds before timing out.",
+                       w->rank, w->rank) > 0);
+    w->n_tail = 2;
+    w->state = XMP_WORKER_SIGNALED;
+    w->signal = SIGABRT;
+    w->exit_code = -1;
+}
+
+/* Every rank waiting in the collective times out, the first to print it a victim: the cause is
+ * the rank whose last completed work is lowest, or the one that was elsewhere. */
+Test(peer, collective_timeout_names_the_rank_that_fell_behind)
+{
+    struct xmp_report r;
+
+    memset(&r, 0, sizeof(r));
+    r.nnodes = 1;
+    timed_out(add_worker(&r, 0, 0, 100, NULL), 41);
+    timed_out(add_worker(&r, 1, 0, 110, NULL), 41);
+    timed_out(add_worker(&r, 2, 0, 120, NULL), 40);
+    xmp_report_finish(&r);
+    cr_assert_str_eq(r.cause_reason, "collective_timeout");
+    cr_assert_eq(r.cause_rank, 2);
+    cr_assert_str_eq(r.cause_message,
+                     "worker 2 (cpu) fell behind: the other ranks timed out waiting in NCCL "
+                     "ALLREDUCE (SeqNum 42, timeout 600000 ms), first worker 0 (cpu); its last "
+                     "completed NCCL work is 40, theirs 41");
+    cr_assert_eq(r.exit_code, 128 + SIGABRT);
+    xmp_report_release(&r);
+
+    /* One rank never reached the collective: it was still running when the others timed out,
+     * and stopped. */
+    memset(&r, 0, sizeof(r));
+    r.nnodes = 1;
+    timed_out(add_worker(&r, 0, 0, 100, NULL), 41);
+    add_worker(&r, 1, 0, 300, NULL)->state = XMP_WORKER_STOPPED_BY_XMPRUN;
+    timed_out(add_worker(&r, 2, 0, 120, NULL), 41);
+    xmp_report_finish(&r);
+    cr_assert_eq(r.cause_rank, 1);
+    cr_assert_str_eq(r.cause_message,
+                     "worker 1 (cpu) fell behind: the other ranks timed out waiting in NCCL "
+                     "ALLREDUCE (SeqNum 42, timeout 600000 ms), first worker 0 (cpu), while it was "
+                     "elsewhere");
+    xmp_report_release(&r);
+
+    /* Nothing tells them apart: the first one, with what it says. */
+    memset(&r, 0, sizeof(r));
+    r.nnodes = 1;
+    timed_out(add_worker(&r, 0, 0, 100, NULL), 41);
+    timed_out(add_worker(&r, 1, 0, 110, NULL), 41);
+    xmp_report_finish(&r);
+    cr_assert_str_eq(r.cause_reason, "collective_timeout");
+    cr_assert_eq(r.cause_rank, 0);
+    cr_assert_str_eq(r.cause_message,
+                     "worker 0 (cpu) timed out in NCCL ALLREDUCE (SeqNum 42, timeout 600000 ms) "
+                     "after 600087 ms: a rank did not reach it (see the other workers)");
+    xmp_report_release(&r);
+
+    /* A rank's own failure is the cause, not the timeouts it led to. */
+    memset(&r, 0, sizeof(r));
+    r.nnodes = 1;
+    timed_out(add_worker(&r, 0, 0, 100, NULL), 41);
+    add_worker(&r, 1, 3, 150, NULL);
+    xmp_report_finish(&r);
+    cr_assert_eq(r.cause_rank, 1);
+    cr_assert_str_eq(r.cause_reason, "exited");
     xmp_report_release(&r);
 }
