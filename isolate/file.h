@@ -53,6 +53,14 @@ int xmp_file_open_below(int dir, const char *path, int flags, mode_t mode, struc
 int xmp_file_read_bounded(int dir, const char *path, size_t max, char **text, size_t *len,
                           int64_t *size, struct xmp_error *err);
 
+/* Takes an exclusive lock on the lock file at path (created if need be; never through a link),
+ * without waiting: 0 and *fd holding it (the lock lasts while *fd is open, and the kernel drops it
+ * when this process dies, however it dies), 1 when a live process holds it (*holder: its pid when
+ * it wrote it there, else 0), -1 on error. */
+int xmp_file_lock_take(const char *path, int *fd, pid_t *holder, struct xmp_error *err);
+/* Removes the lock file at path and releases the lock fd holds (nothing when fd is -1). */
+void xmp_file_lock_drop(const char *path, int fd);
+
 /* Removes everything in the open directory dir: files and links (never followed) with unlinkat,
  * and subdirectories that are empty. The directory itself stays, for the caller to rmdir. */
 void xmp_file_clear_dir(int dir);

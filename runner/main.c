@@ -10,6 +10,7 @@
 #include "runner/run/supervise.h"
 #include "runner/spec/quantity.h"
 #include "runner/spec/spec.h"
+#include "runner/spec/spec_check.h"
 #include "runner/util/proc.h"
 
 #include <errno.h>
@@ -74,6 +75,64 @@ usage_error(const char *fmt, ...)
     va_end(ap);
     fputs("\nTry 'xmprun --help' for more information.\n", stderr);
     return EXIT_USAGE;
+}
+
+static const char *const subcommands[] = {"validate", "plan", "gc", "report", "stacks"};
+
+static bool
+is_subcommand(const char *word)
+{
+    for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
+        if (strcmp(word, subcommands[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The first argument that is neither an option nor an option's value: the spec file, the
+ * subcommand, or (when `--` was forgotten) the command. Returns its index, or 0. */
+static int
+first_operand(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            return 0;
+        if (strcmp(argv[i], "-n") == 0 || strcmp(argv[i], "--workers") == 0 ||
+            strcmp(argv[i], "--report") == 0 || strcmp(argv[i], "--set") == 0) {
+            i++;
+            continue;
+        }
+        if (argv[i][0] != '-' || argv[i][1] == '\0')
+            return i;
+    }
+    return 0;
+}
+
+/* True for what names a spec file, present or not. */
+static bool
+looks_like_spec(const char *arg)
+{
+    size_t len = strlen(arg);
+    return (len > 5 && strcmp(arg + len - 5, ".yaml") == 0) ||
+           (len > 4 && strcmp(arg + len - 4, ".yml") == 0) || access(arg, F_OK) == 0;
+}
+
+/* An unknown option after a command that is not a spec: `xmprun -n 2 sh -c 'exit 3'` means
+ * `xmprun -n 2 -- sh -c 'exit 3'`, whose options are the command's own, so say where the `--`
+ * goes rather than only that -c is not xmprun's. */
+static int
+unknown_option(int argc, char **argv, const char *option)
+{
+    int cmd = first_operand(argc, argv);
+    char before[256] = "";
+    size_t len = 0;
+
+    if (cmd == 0 || is_subcommand(argv[cmd]) || looks_like_spec(argv[cmd]))
+        return usage_error("unknown option %s", option);
+    for (int i = 1; i < cmd && len < sizeof(before); i++)
+        len += (size_t)snprintf(before + len, sizeof(before) - len, "%s ", argv[i]);
+    return usage_error("unknown option %s; to run `%s` with options of its own, put `--` before "
+                       "it: xmprun %s-- %s ...",
+                       option, argv[cmd], before, argv[cmd]);
 }
 
 /* Parses a positive worker count for -n with the same strictness as the spec parser. */
@@ -149,7 +208,7 @@ parse_cli(int argc, char **argv, struct cli *cli)
         case ':':
             return usage_error("option %s needs a value", argv[optind - 1]);
         default:
-            return usage_error("unknown option %s", argv[optind - 1]);
+            return unknown_option(opt_argc, argv, argv[optind - 1]);
         }
     }
     for (int i = optind; i < opt_argc; i++)
@@ -435,6 +494,7 @@ int
 main(int argc, char **argv)
 {
     struct cli cli = {0};
+    const char *hint = NULL;
     int status;
 
     /* One malloc arena: xmprun's few threads are short-lived helpers (the start's gc, the
@@ -456,6 +516,12 @@ main(int argc, char **argv)
             status = cmd_stacks(&cli);
         } else if (verb == NULL && cli.command == NULL) {
             status = usage_error("%s", "no job given: xmprun JOB.yaml, or xmprun -n N -- CMD");
+        } else if (verb != NULL && access(verb, F_OK) < 0 &&
+                   (hint = xmp_suggest(verb, subcommands,
+                                       sizeof(subcommands) / sizeof(subcommands[0]))) != NULL) {
+            /* A mistyped subcommand would otherwise be taken for a spec file. */
+            status = usage_error("\"%s\" is neither a command nor a spec file (did you mean `%s`?)",
+                                 verb, hint);
         } else {
             status = cmd_run(&cli);
         }

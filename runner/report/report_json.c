@@ -284,6 +284,11 @@ xmp_report_to_json(const struct xmp_report *r)
                       "limit_bytes", int_or_null(z->memory_limit), "peak_bytes",
                       int_or_null(z->memory_peak), "oom_kills", int_or_null(z->oom_kills)));
         json_t *zo = json_object_get(o, "zygote"), *ztail = json_array();
+        /* What the summary's zygote row shows, so that `xmprun report` shows it too. */
+        if (z->memory_sampled)
+            json_object_set_new(json_object_get(zo, "memory"), "measured", json_string("samples"));
+        json_object_set_new(zo, "started_at", time_json(&z->started_at));
+        json_object_set_new(zo, "ended_at", time_json(&z->ended_at));
         for (size_t i = 0; i < z->n_tail; i++)
             json_array_append_new(ztail, utf8_json(z->stderr_tail[i]));
         json_object_set_new(zo, "stderr_tail", ztail);

@@ -143,12 +143,37 @@ load_workers(json_t *workers, struct xmp_report_file *f, struct xmp_error *err)
         wr->job_memory_limit = -1;
         wr->memory_peak = get_int(mem, "peak_bytes", -1);
         wr->oom_kills = get_int(mem, "oom_kills", -1);
+        wr->memory_sampled = get_str(mem, "measured") != NULL;
         wr->stacks = xmp_stacks_from_json(json_object_get(w, "stacks"));
         if (wr->stacks != NULL && get_str(json_object_get(w, "stacks"), "file") != NULL)
             snprintf(wr->stacks_file, sizeof(wr->stacks_file), "%s",
                      get_str(json_object_get(w, "stacks"), "file"));
     }
     return 0;
+}
+
+/* start: fork: the zygote's row of the summary (its state, exit, peak memory and time). */
+static void
+load_zygote(json_t *z, struct xmp_report_file *f)
+{
+    struct xmp_worker_report *zr = &f->zygote;
+    json_t *mem = json_object_get(z, "memory");
+
+    if (!json_is_object(z))
+        return;
+    zr->rank = -1;
+    zr->pid = (pid_t)get_int(z, "pid", 0);
+    zr->state = parse_state(get_str(z, "state"));
+    zr->exit_code = (int)get_int(z, "exit_code", -1);
+    zr->signal = parse_signal(get_str(z, "signal"));
+    zr->memory_limit = get_int(mem, "limit_bytes", -1);
+    zr->job_memory_limit = -1;
+    zr->memory_peak = get_int(mem, "peak_bytes", -1);
+    zr->oom_kills = get_int(mem, "oom_kills", -1);
+    zr->memory_sampled = get_str(mem, "measured") != NULL;
+    zr->started_at = get_time(z, "started_at");
+    zr->ended_at = get_time(z, "ended_at");
+    f->report.zygote = zr;
 }
 
 int
@@ -201,6 +226,7 @@ xmp_report_load(const char *path, struct xmp_report_file *f, struct xmp_error *e
     snprintf(r->cgroup_note, sizeof(r->cgroup_note), "%s",
              get_str(cg, "note") != NULL ? get_str(cg, "note") : "");
     load_cause(json_object_get(doc, "root_cause"), r);
+    load_zygote(json_object_get(doc, "zygote"), f);
     if (json_object_get(doc, "workers") != NULL && !json_is_array(json_object_get(doc, "workers")))
         return xmp_error_set(err, 0, "%s: \"workers\" is not a list", path);
     return load_workers(json_object_get(doc, "workers"), f, err);

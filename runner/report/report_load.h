@@ -9,9 +9,10 @@
 #include <jansson.h>
 
 struct xmp_report_file {
-    json_t *doc;              /* the parsed file; the report's strings point into it */
-    struct xmp_report report; /* what the summary needs: job, outcome, root cause, workers */
-    const char **devices;     /* one NULL-terminated list per worker, end to end */
+    json_t *doc;                     /* the parsed file; the report's strings point into it */
+    struct xmp_report report;        /* what the summary needs: job, outcome, root cause, workers */
+    const char **devices;            /* one NULL-terminated list per worker, end to end */
+    struct xmp_worker_report zygote; /* start: fork: report.zygote points here */
 };
 
 /* Reads and checks path (JSON whose schema is "xmprun.report/v1"); fields a summary does not

@@ -350,6 +350,56 @@ report_path(struct xmp_supervisor *sv, char *buf, size_t size)
     return buf;
 }
 
+/* A report path one run holds: the path, and the lock on its lock file for the run's life. */
+struct report_claim {
+    char path[4096], lock[4200];
+    int lock_fd;
+};
+
+/* Two live runs of one job in one directory (a sweep, an array job, quick mode run twice) would
+ * write one report path, and the first one's report would be lost to the second's rename. So a
+ * run holds a lock on ".<report>.lock" beside its report from the start to the report's write
+ * (the kernel drops it when the run dies, however it dies). A run whose default path is held by
+ * a live run takes "<name>.<job id>.report.json" instead, and says so; a path the user gave
+ * (--report, the spec's report) is theirs: it is kept, with a warning that the run that ends
+ * last replaces the other's report. Returns the path to write. */
+static const char *
+claim_report_path(struct xmp_supervisor *sv, struct report_claim *c, const char *path)
+{
+    static const char suffix[] = ".report.json";
+    bool given = (sv->opts->report != NULL && sv->opts->report[0] != '\0') ||
+                 (sv->spec->report != NULL && sv->spec->report[0] != '\0');
+    const char *slash = strrchr(path, '/');
+    size_t len = strlen(path), sl = sizeof(suffix) - 1;
+    struct xmp_error err = {0};
+    pid_t holder = 0;
+    char id[64], who[64] = "";
+
+    snprintf(c->path, sizeof(c->path), "%s", path);
+    snprintf(c->lock, sizeof(c->lock), "%.*s.%s.lock", slash != NULL ? (int)(slash - path + 1) : 0,
+             path, slash != NULL ? slash + 1 : path);
+    /* No lock (a directory where no file can be made yet): the run goes on as before. */
+    if (xmp_file_lock_take(c->lock, &c->lock_fd, &holder, &err) != 1)
+        return c->path;
+    if (holder > 0)
+        snprintf(who, sizeof(who), " (xmprun pid %ld)", (long)holder);
+    if (given || len <= sl || strcmp(path + len - sl, suffix) != 0) {
+        fprintf(stderr,
+                "xmprun: warning: another run%s is writing its report to %s too: the run that "
+                "ends last replaces the other's report (give each run its own --report)\n",
+                who, path);
+        return c->path;
+    }
+    if (sv->have_plan && sv->plan.job_id != NULL)
+        snprintf(id, sizeof(id), "%s", sv->plan.job_id);
+    else
+        snprintf(id, sizeof(id), "%ld", (long)getpid());
+    snprintf(c->path, sizeof(c->path), "%.*s.%s%s", (int)(len - sl), path, id, suffix);
+    fprintf(stderr, "xmprun: another run of job %s%s is writing %s: this run's report goes to %s\n",
+            sv->spec->name != NULL ? sv->spec->name : "?", who, path, c->path);
+    return c->path;
+}
+
 /* Everything in the scratch directory goes with it (the error files, the serial lock, what a
  * worker left there), through its descriptor: never through a link at its name. */
 static void
@@ -384,11 +434,14 @@ write_termination_message(const struct xmp_supervisor *sv)
 }
 
 /* Says what the consoles could not show, then writes what they still hold and the summary, all
- * (and why the report is missing, if it is) through the consoles: a stalled reader holds xmprun's
- * exit for XMP_CONSOLE_STALL_MS at most, and a slow one still gets everything, in order. */
+ * (and where the report is, or why it is missing) through the consoles: a stalled reader holds
+ * xmprun's exit for XMP_CONSOLE_STALL_MS at most, and a slow one still gets everything, in
+ * order. report is the report's path, NULL when none was written. */
 static void
-finish_consoles(struct xmp_supervisor *sv, const char *report_error)
+finish_consoles(struct xmp_supervisor *sv, const char *report, const char *report_error)
 {
+    /* -q keeps what a failed job must still say: its root cause and where its report is. */
+    bool failed = sv->report.exit_code != 0;
     struct xmp_console *out = xmp_group_console(sv, 0), *err = xmp_group_console(sv, 1);
     char *text = NULL;
     size_t len = 0;
@@ -416,9 +469,14 @@ finish_consoles(struct xmp_supervisor *sv, const char *report_error)
     }
     if (!xmp_quiet(sv) && sv->report.outcome != XMP_OUTCOME_SETUP_FAILED)
         xmp_report_print_summary(&sv->report, f);
+    else if (failed && sv->report.outcome != XMP_OUTCOME_SETUP_FAILED &&
+             sv->report.cause != XMP_CAUSE_NONE)
+        fprintf(f, "xmprun: root cause: %s\n", sv->report.cause_message);
     /* Last, so that it is not lost among the workers' output. */
     if (report_error != NULL)
         fprintf(f, "xmprun: the report was not written: %s\n", report_error);
+    else if (report != NULL && (failed || !xmp_quiet(sv)))
+        fprintf(f, "xmprun: report: %s\n", report);
     if (fclose(f) == 0 && len > 0)
         xmp_console_put(err, text, len);
     free(text);
@@ -492,7 +550,8 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
     };
     struct xmp_error err = {0};
     char buf[512];
-    const char *path;
+    const char *path = NULL;
+    struct report_claim claim = {.lock_fd = -1};
     bool report_refused = false, report_started = false, report_lost = false;
     struct prelude prelude = {0};
     struct xmp_file_commit commit;
@@ -541,6 +600,7 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
         report_refused = true;
         goto setup_failed;
     }
+    path = claim_report_path(&sv, &claim, path);
     if (check_fd_budget(&sv, &err) < 0)
         goto setup_failed;
     /* The seccomp filter is compiled here, once for every worker and restart. */
@@ -574,7 +634,10 @@ done:
     sv.report.ended_mono_ns = xmp_now_ns();
     fill_job_info(&sv);
     xmp_report_finish(&sv.report);
-    path = report_path(&sv, buf, sizeof(buf));
+    /* A setup that failed before the report path was claimed claims it now (a refused path
+     * was never claimed, and is not written). */
+    if (path == NULL)
+        path = claim_report_path(&sv, &claim, report_path(&sv, buf, sizeof(buf)));
     if (!report_refused)
         xmp_report_write_stacks(&sv.report, path);
     /* Nothing below changes the report: it is written now, and its fsyncs wait for the disk
@@ -602,12 +665,13 @@ done:
 
     if (report_started && xmp_file_write_atomic_finish(&commit, &err) < 0)
         report_lost = true;
+    xmp_file_lock_drop(claim.lock, claim.lock_fd);
     restore_signals(&sv);
     /* A job that succeeded but whose report is lost is not a success (SPEC.md section 5). */
     if (report_lost && sv.report.exit_code == 0)
         sv.report.exit_code = 125;
     write_termination_message(&sv);
-    finish_consoles(&sv, report_lost ? err.msg : NULL);
+    finish_consoles(&sv, report_started ? path : NULL, report_lost ? err.msg : NULL);
     status = sv.report.exit_code;
     cleanup(&sv);
     return status;

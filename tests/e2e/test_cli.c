@@ -219,3 +219,78 @@ Test(cli, spec_less_run_exits_with_the_workers_status, .timeout = 60)
     xt_tmpdir_remove(dir);
     free(dir);
 }
+
+/* A mistyped subcommand is not taken for a spec file, and a spec-less command whose options
+ * xmprun took for its own (no `--`) is told where the `--` goes. A spec file that exists is never
+ * taken for a typo, nor an unknown option before one for the command's. */
+Test(cli, hints_for_a_mistyped_command_and_a_missing_dashdash)
+{
+    static const struct {
+        const char *typo, *want;
+    } typos[] = {
+        {"vaildate",
+         "\"vaildate\" is neither a command nor a spec file (did you mean `validate`?)"},
+        {"paln", "(did you mean `plan`?)"},
+        {"reprot", "(did you mean `report`?)"},
+        {"stakcs", "(did you mean `stacks`?)"},
+        {"gcc", "(did you mean `gc`?)"},
+    };
+    struct xt_result r;
+    char *dir = xt_tmpdir();
+
+    for (size_t i = 0; i < sizeof(typos) / sizeof(typos[0]); i++) {
+        cr_assert_eq(cli(&r, NULL, typos[i].typo, "x.yaml", NULL), 2, "%s", r.err);
+        cr_expect_not_null(strstr(r.err, typos[i].want), "%s: %s", typos[i].typo, r.err);
+        xt_result_free(&r);
+    }
+    cr_assert_eq(cli(&r, NULL, "-n", "2", "sh", "-c", "exit 3", NULL), 2);
+    cr_expect_not_null(strstr(r.err, "xmprun: unknown option -c; to run `sh` with options of its "
+                                     "own, put `--` before it: xmprun -n 2 -- sh ...\n"),
+                       "%s", r.err);
+    xt_result_free(&r);
+    /* A spec named like a subcommand's typo is the spec. */
+    char *spec = xt_write_file(dir, "gcc", "version: 1\nname: [bad\n");
+    cr_assert_eq(cli(&r, NULL, spec, NULL), 2);
+    cr_expect_null(strstr(r.err, "did you mean"), "%s", r.err);
+    xt_result_free(&r);
+    cr_assert_eq(cli(&r, NULL, "--bogus", "job.yaml", NULL), 2);
+    cr_expect_null(strstr(r.err, "put `--`"), "%s", r.err);
+    xt_result_free(&r);
+    free(spec);
+    xt_tmpdir_remove(dir);
+    free(dir);
+}
+
+/* The end of every run names the report file; -q keeps only a failed job's root cause and that
+ * line, and a job that succeeded under -q says nothing at all. */
+Test(cli, the_end_of_a_run_names_its_report_and_q_keeps_a_failure, .timeout = 60)
+{
+    struct xt_result r;
+    char *dir = xt_tmpdir();
+    char report[4096], want[4200];
+
+    snprintf(report, sizeof(report), "%s/end.report.json", dir);
+    cr_assert_eq(cli(&r, NULL, "-q", "--report", report, "-n", "2", "--", "sh", "-c",
+                     "[ $RANK = 0 ] && exit 3; exec sleep 30", NULL),
+                 3, "%s", r.err);
+    snprintf(want, sizeof(want),
+             "xmprun: root cause: worker 0 (cpu) exited with status 3\nxmprun: report: %s\n",
+             report);
+    cr_assert_str_eq(r.err, want);
+    xt_result_free(&r);
+    cr_assert_eq(cli(&r, NULL, "-q", "--report", report, "-n", "2", "--", "true", NULL), 0);
+    cr_assert_str_eq(r.err, "", "a -q run that succeeded said:\n%s", r.err);
+    xt_result_free(&r);
+    /* Without -q, success or failure: the summary, then the report's path, last. */
+    snprintf(want, sizeof(want), "\nxmprun: report: %s\n", report);
+    for (int fail = 0; fail < 2; fail++) {
+        cr_assert_eq(cli(&r, NULL, "--report", report, "-n", "1", "--", "sh", "-c",
+                         fail ? "exit 4" : "true", NULL),
+                     fail ? 4 : 0, "%s", r.err);
+        size_t n = strlen(r.err), k = strlen(want);
+        cr_assert(n >= k && strcmp(r.err + n - k, want) == 0, "stderr:\n%s", r.err);
+        xt_result_free(&r);
+    }
+    xt_tmpdir_remove(dir);
+    free(dir);
+}

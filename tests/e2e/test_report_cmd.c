@@ -1,19 +1,23 @@
 /* End to end: `xmprun report FILE.json` prints a saved report's summary table and root cause
  * exactly as the live run printed them (the same code draws both), and exits with the job's
  * status; a file that is not an xmprun report is refused with exit 2. */
-#include "e2e/e2e.h"
+#include "e2e/fork.h"
 
-/* The summary lines of a run's stderr (from "xmprun: job " on), with every duration ("0.4s")
- * replaced by "T": the report keeps times to the millisecond, a live run to the nanosecond, so
- * a rounding may differ; everything else must match byte for byte. */
+/* The summary lines of a run's stderr (from "xmprun: job " on, up to the run's last line that
+ * names its report file), with every duration ("0.4s") replaced by "T": the report keeps times to
+ * the millisecond, a live run to the nanosecond, so a rounding may differ; everything else must
+ * match byte for byte. */
 static char *
 summary_of(const char *text)
 {
     const char *start = strstr(text, "xmprun: job ");
+    const char *end = start != NULL ? strstr(start, "xmprun: report: ") : NULL;
     char *out = calloc(1, strlen(text) + 1), *o = out;
 
     cr_assert_not_null(start, "no summary in:\n%s", text);
-    for (const char *p = start; *p != '\0';) {
+    if (end == NULL)
+        end = start + strlen(start);
+    for (const char *p = start; p < end;) {
         const char *q = p;
         while (*q >= '0' && *q <= '9')
             q++;
@@ -90,6 +94,37 @@ Test(report_cmd, a_setup_failure_and_a_succeeded_job_read_back, .timeout = 120)
     free(live);
     free(saved);
     xt_result_free(&r);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
+
+/* start: fork: the table's first row is the zygote's (its peak is the job's shared memory), in
+ * the saved report as in the live run. */
+Test(report_cmd, a_fork_mode_report_keeps_the_zygote_row, .timeout = 120)
+{
+    struct e2e e;
+    char *argv[] = {(char *)xt_bin(), "report", NULL, NULL};
+    struct xt_result r = {0};
+
+    need_python();
+    e2e_init(&e);
+    fork_spec(&e, "share --preload 1", "workers: 2\n");
+    cr_assert_eq(e2e_run(&e, 90, NULL), 0, "stderr:\n%s", e.r.err);
+    e2e_load_report(&e);
+    /* The row's time: from when the zygote started to when it ended, both in the report. */
+    json_t *z = json_object_get(e.rep, "zygote");
+    cr_assert_neq(e2e_str(z, "started_at")[0], '\0', "no zygote.started_at");
+    cr_assert_geq(strcmp(e2e_str(z, "ended_at"), e2e_str(z, "started_at")), 0);
+    argv[2] = e.report;
+    cr_assert_eq(xt_run(&r, argv, NULL, e.dir, 30), 0);
+    cr_assert_eq(r.status, 0, "stdout:\n%s\nstderr:\n%s", r.out, r.err);
+    char *live = summary_of(e.r.err), *saved = summary_of(r.out);
+    cr_assert_not_null(strstr(live, "\n  zygote (shared)      exited "), "%s", live);
+    cr_assert_str_eq(saved, live, "xmprun report printed:\n%s\nthe live run:\n%s", r.out, e.r.err);
+    free(live);
+    free(saved);
+    xt_result_free(&r);
+    assert_zygote_gone(&e);
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }

@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char *
@@ -176,4 +178,84 @@ Test(file, raise_nofile_and_a_full_table)
     cr_assert_eq(err.errnum, EMFILE);
     while (n > 0)
         close(fds[--n]);
+}
+
+/* A lock file: taken once (its holder's pid written in it), refused to a second open file while
+ * held, removed when dropped; one left by a holder that is gone (no lock on it) is taken again,
+ * and a link planted at its name is not followed. */
+Test(file, lock_take_and_drop, .timeout = 10)
+{
+    char *dir = xt_tmpdir();
+    char *path = join(dir, ".r.json.lock"), *target = join(dir, "target");
+    struct xmp_error err = {0};
+    int fd = -1, fd2 = -1;
+    pid_t holder = 0;
+
+    cr_assert_eq(xmp_file_lock_take(path, &fd, &holder, &err), 0, "%s", err.msg);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(xmp_file_lock_take(path, &fd2, &holder, &err), 1);
+    cr_assert_eq(fd2, -1);
+    cr_assert_eq(holder, getpid());
+    xmp_file_lock_drop(path, fd);
+    cr_assert_neq(access(path, F_OK), 0, "the lock file is left");
+    /* What a holder killed with SIGKILL leaves: the file, its pid, no lock. */
+    free(xt_write_file(dir, ".r.json.lock", "1\n"));
+    cr_assert_eq(xmp_file_lock_take(path, &fd, &holder, &err), 0, "%s", err.msg);
+    xmp_file_lock_drop(path, fd);
+    free(xt_write_file(dir, "target", ""));
+    cr_assert_eq(symlink(target, path), 0);
+    cr_assert_eq(xmp_file_lock_take(path, &fd, &holder, &err), -1);
+    cr_assert_eq(fd, -1);
+    unlink(path);
+    free(path);
+    free(target);
+    xt_tmpdir_remove(dir);
+    free(dir);
+}
+
+/* Processes that take and drop one lock file as fast as they can never hold it two at a time:
+ * a holder removes the file before it lets go, so whoever locked the removed file must see that
+ * it is no longer at the path and take the new one (the check after flock). */
+Test(file, lock_is_held_by_one_process_at_a_time, .timeout = 30)
+{
+    enum { PROCS = 4, ROUNDS = 50000 };
+    char *dir = xt_tmpdir();
+    char *path = join(dir, ".r.json.lock");
+    int *shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    pid_t pids[PROCS];
+
+    cr_assert_neq(shared, MAP_FAILED);
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        cr_assert_geq(pids[p], 0);
+        if (pids[p] > 0)
+            continue;
+        for (int i = 0; i < ROUNDS; i++) {
+            struct xmp_error err = {0};
+            pid_t holder;
+            int fd = -1;
+            if (xmp_file_lock_take(path, &fd, &holder, &err) != 0)
+                continue;
+            if (__atomic_add_fetch(&shared[0], 1, __ATOMIC_SEQ_CST) > 1)
+                __atomic_store_n(&shared[1], 1, __ATOMIC_SEQ_CST);
+            shared[2]++;
+            /* Held a moment, so that a second holder would overlap it. */
+            for (volatile int spin = 0; spin < 2000; spin++)
+                ;
+            __atomic_sub_fetch(&shared[0], 1, __ATOMIC_SEQ_CST);
+            xmp_file_lock_drop(path, fd);
+        }
+        _exit(0);
+    }
+    for (int p = 0; p < PROCS; p++) {
+        int status = 0;
+        cr_assert_eq(waitpid(pids[p], &status, 0), pids[p]);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    cr_assert_gt(shared[2], 0, "nobody ever took the lock");
+    cr_assert_eq(shared[1], 0, "two processes held the lock at once");
+    munmap(shared, 4096);
+    free(path);
+    xt_tmpdir_remove(dir);
+    free(dir);
 }
