@@ -146,6 +146,79 @@ list_threads(struct xmp_stack_proc *p)
     return 0;
 }
 
+/* Symbol names by module and offset, shared by every capture of the process: a job's workers
+ * run the same binaries, and a name's lookup (libdwfl reads the module's symbol table anew for
+ * each process it attaches to) was most of a capture's time. A module is told by its path and
+ * its size; entries are never removed (a capture is once a run, `xmprun stacks` once a process). */
+#define SYM_CACHE_SIZE 4096 /* a power of two */
+
+struct sym_entry {
+    const char *module; /* the module's name: its path */
+    uint64_t size, rel; /* the module's size; the address's offset into it */
+    char *name;         /* NULL: no symbol there */
+    uint64_t off;       /* from the symbol's start */
+};
+
+static struct sym_entry sym_cache[SYM_CACHE_SIZE];
+static size_t sym_used;
+static pthread_mutex_t sym_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t
+sym_slot(const char *module, uint64_t size, uint64_t rel)
+{
+    uint64_t h = 1469598103934665603ULL ^ size ^ (rel * 0x9e3779b97f4a7c15ULL);
+
+    for (const char *c = module; *c != '\0'; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+    for (size_t i = (size_t)h & (SYM_CACHE_SIZE - 1);; i = (i + 1) & (SYM_CACHE_SIZE - 1)) {
+        const struct sym_entry *e = &sym_cache[i];
+        if (e->module == NULL ||
+            (e->size == size && e->rel == rel && strcmp(e->module, module) == 0))
+            return i;
+    }
+}
+
+/* The symbol at adj in mod: its name (NULL if none; the cache's, never freed) and *off from its
+ * start. */
+static const char *
+sym_lookup(Dwfl_Module *mod, Dwarf_Addr adj, GElf_Off *off)
+{
+    Dwarf_Addr start = 0, end = 0;
+    const char *module = dwfl_module_info(mod, NULL, &start, &end, NULL, NULL, NULL, NULL);
+    const char *name;
+    GElf_Sym sym;
+    size_t i;
+
+    if (module == NULL)
+        return dwfl_module_addrinfo(mod, adj, off, &sym, NULL, NULL, NULL);
+    pthread_mutex_lock(&sym_lock);
+    i = sym_slot(module, end - start, adj - start);
+    if (sym_cache[i].module != NULL) {
+        *off = sym_cache[i].off;
+        name = sym_cache[i].name;
+        pthread_mutex_unlock(&sym_lock);
+        return name;
+    }
+    pthread_mutex_unlock(&sym_lock);
+    name = dwfl_module_addrinfo(mod, adj, off, &sym, NULL, NULL, NULL);
+    pthread_mutex_lock(&sym_lock);
+    i = sym_slot(module, end - start, adj - start);
+    /* Kept at most three quarters full, so that a miss ends at an empty slot. */
+    if (sym_cache[i].module == NULL && sym_used < SYM_CACHE_SIZE * 3 / 4) {
+        char *m = strdup(module), *n = name != NULL ? strdup(name) : NULL;
+        if (m != NULL && (name == NULL || n != NULL)) {
+            sym_cache[i] = (struct sym_entry){m, end - start, adj - start, n, *off};
+            sym_used++;
+            name = n;
+        } else {
+            free(m);
+            free(n);
+        }
+    }
+    pthread_mutex_unlock(&sym_lock);
+    return name;
+}
+
 struct native_walk {
     Dwfl *dwfl;
     struct xmp_stack_thread *t;
@@ -162,7 +235,6 @@ on_frame(Dwfl_Frame *state, void *arg)
     bool activation;
     Dwfl_Module *mod;
     GElf_Off off = 0;
-    GElf_Sym sym;
     const char *name = NULL, *file = NULL;
     Dwarf_Addr start = 0;
 
@@ -174,7 +246,7 @@ on_frame(Dwfl_Frame *state, void *arg)
     adj = pc - (activation ? 0 : 1);
     mod = dwfl_addrmodule(nw->dwfl, adj);
     if (mod != NULL) {
-        name = dwfl_module_addrinfo(mod, adj, &off, &sym, NULL, NULL, NULL);
+        name = sym_lookup(mod, adj, &off);
         file = dwfl_module_info(mod, NULL, &start, NULL, NULL, NULL, NULL, NULL);
     }
     f = &t->native[t->n_native++];
