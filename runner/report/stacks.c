@@ -24,6 +24,9 @@
 /* Most threads read per process. */
 #define MAX_THREADS 256
 
+/* A capture thread's stack: libdwfl's unwinder and the Python reader use a few KiB of it. */
+#define CAPTURE_STACK_SIZE (512 * 1024)
+
 int64_t
 xmp_stacks_now_ns(void)
 {
@@ -126,11 +129,22 @@ list_threads(struct xmp_stack_proc *p)
     d = opendir(path);
     if (d == NULL)
         return -1;
-    p->threads = calloc(MAX_THREADS, sizeof(*p->threads));
-    while (p->threads != NULL && (e = readdir(d)) != NULL && p->n_threads < MAX_THREADS) {
+    /* Grown as needed: most workers have a few threads, and a table for MAX_THREADS each was
+     * most of a capture's page faults. */
+    size_t cap = 0;
+    while ((e = readdir(d)) != NULL && p->n_threads < MAX_THREADS) {
         long tid = strtol(e->d_name, NULL, 10);
         if (tid <= 0)
             continue;
+        if (p->n_threads == cap) {
+            struct xmp_stack_thread *more =
+                reallocarray(p->threads, cap > 0 ? cap * 2 : 8, sizeof(*p->threads));
+            if (more == NULL)
+                break;
+            p->threads = more;
+            cap = cap > 0 ? cap * 2 : 8;
+        }
+        memset(&p->threads[p->n_threads], 0, sizeof(p->threads[0]));
         p->threads[p->n_threads++].tid = (pid_t)tid;
     }
     closedir(d);
@@ -485,6 +499,9 @@ xmp_stacks_capture(const pid_t *pids, size_t n, long budget_ms, struct xmp_stack
                                 .n_done = &n_done};
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* Not the default 8 MiB: glibc keeps 40 MiB of stacks for reuse and unmaps the rest as
+         * the threads end, each unmap a TLB shootdown on every CPU xmprun runs on. */
+        pthread_attr_setstacksize(&attr, CAPTURE_STACK_SIZE);
         if (pthread_create(&th, &attr, run_job, jobs[i]) != 0) {
             free(jobs[i]);
             jobs[i] = NULL;
