@@ -733,17 +733,25 @@ xmp_report_write_stacks(struct xmp_report *r, const char *report_path)
 }
 
 void
+xmp_worker_report_clear(struct xmp_worker_report *w)
+{
+    for (size_t j = 0; j < w->n_tail; j++)
+        free(w->stderr_tail[j]);
+    free(w->stderr_tail);
+    json_decref(w->error_file);
+    xmp_stack_proc_free(w->stacks);
+    free(w->stacks);
+    w->stderr_tail = NULL;
+    w->n_tail = 0;
+    w->error_file = NULL;
+    w->stacks = NULL;
+}
+
+void
 xmp_report_release(struct xmp_report *r)
 {
-    for (size_t i = 0; i < r->n_workers; i++) {
-        struct xmp_worker_report *w = &r->workers[i];
-        for (size_t j = 0; j < w->n_tail; j++)
-            free(w->stderr_tail[j]);
-        free(w->stderr_tail);
-        json_decref(w->error_file);
-        xmp_stack_proc_free(w->stacks);
-        free(w->stacks);
-    }
+    for (size_t i = 0; i < r->n_workers; i++)
+        xmp_worker_report_clear(&r->workers[i]);
     free(r->workers);
     free(r->attempts);
     json_decref(r->enforcement);

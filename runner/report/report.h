@@ -279,4 +279,8 @@ void xmp_report_print_summary(const struct xmp_report *r, FILE *out);
 /* Frees what the report owns (tails, error files, attempts, the workers array). */
 void xmp_report_release(struct xmp_report *r);
 
+/* Frees what a worker's report holds (its stderr tail, error file, stacks) and empties it: for
+ * the next run of a restarted group, and at the end. */
+void xmp_worker_report_clear(struct xmp_worker_report *w);
+
 #endif

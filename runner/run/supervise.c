@@ -264,19 +264,8 @@ group_failed(const struct xmp_supervisor *sv)
 static void
 reset_run(struct xmp_supervisor *sv)
 {
-    for (size_t i = 0; i < sv->report.n_workers; i++) {
-        struct xmp_worker_report *w = &sv->report.workers[i];
-        for (size_t j = 0; j < w->n_tail; j++)
-            free(w->stderr_tail[j]);
-        free(w->stderr_tail);
-        json_decref(w->error_file);
-        xmp_stack_proc_free(w->stacks);
-        free(w->stacks);
-        w->stacks = NULL;
-        w->stderr_tail = NULL;
-        w->n_tail = 0;
-        w->error_file = NULL;
-    }
+    for (size_t i = 0; i < sv->report.n_workers; i++)
+        xmp_worker_report_clear(&sv->report.workers[i]);
 }
 
 static void
@@ -493,12 +482,9 @@ cleanup(struct xmp_supervisor *sv)
         close(sv->zy.pidfd);
     free(sv->zy.path);
     free(sv->zy.error_file);
-    json_decref(sv->zy.rep.error_file);
+    xmp_worker_report_clear(&sv->zy.rep);
     xmp_stream_close(&sv->zy.err);
     xmp_tail_free(&sv->zy.tail);
-    for (size_t j = 0; j < sv->zy.rep.n_tail; j++)
-        free(sv->zy.rep.stderr_tail[j]);
-    free(sv->zy.rep.stderr_tail);
     xmp_strv_free(sv->zy.environ);
     for (size_t i = 0; i < sv->n_workers; i++) {
         struct xmp_worker *w = &sv->workers[i];
@@ -526,11 +512,21 @@ cleanup(struct xmp_supervisor *sv)
     xmp_report_release(&sv->report);
 }
 
-int
-xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
-            struct xmp_error *setup_err)
+/* What the setup and the end of a run share: the report's path, claimed for the run. */
+struct run_report {
+    char buf[512];
+    const char *path; /* NULL until claimed */
+    struct report_claim claim;
+    bool refused; /* the path cannot be written: the setup failed on it, and it is not */
+};
+
+/* The supervisor before anything is set up: every descriptor closed (-1), no console yet (what
+ * the end writes is then dropped, not sent to fd 0). */
+static void
+supervisor_init(struct xmp_supervisor *sv, const struct xmp_spec *spec,
+                const struct xmp_run_options *opts)
 {
-    struct xmp_supervisor sv = {
+    *sv = (struct xmp_supervisor){
         .spec = spec,
         .opts = opts,
         .epfd = -1,
@@ -548,131 +544,150 @@ xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
                .spawned = {.pidfd = -1, .status_fd = -1, .gate_fd = -1},
                .err = {.fd = -1, .log_fd = -1}},
     };
-    struct xmp_error err = {0};
-    char buf[512];
-    const char *path = NULL;
-    struct report_claim claim = {.lock_fd = -1};
-    bool report_refused = false, report_started = false, report_lost = false;
-    struct prelude prelude = {0};
-    struct xmp_file_commit commit;
-    int status;
-
-    /* No console until setup_consoles: what the end writes is then dropped, not sent to fd 0. */
     for (int i = 0; i < 2; i++) {
-        xmp_console_init(&sv.consoles[i], -1, true);
-        sv.console_watched[i] = -1;
+        xmp_console_init(&sv->consoles[i], -1, true);
+        sv->console_watched[i] = -1;
     }
-    xmp_now_real(&sv.report.started_at);
-    sv.report.started_mono_ns = xmp_now_ns();
-    sv.report.cgroup_mode = "none";
-    sv.state_dir = xmp_state_dir(opts->environ, sv.state_dir_buf, sizeof(sv.state_dir_buf));
-    prelude.state_dir = sv.state_dir;
-    prelude.cgroups = spec->cgroups != XMP_CGROUPS_OFF;
-    prelude_start(&prelude);
+    xmp_now_real(&sv->report.started_at);
+    sv->report.started_mono_ns = xmp_now_ns();
+    sv->report.cgroup_mode = "none";
+    sv->state_dir = xmp_state_dir(opts->environ, sv->state_dir_buf, sizeof(sv->state_dir_buf));
+}
+
+/* Everything before the job starts: signals, consoles, the host and the plan, the report's
+ * path, the isolation, the workers' cgroups. */
+static int
+setup_job(struct xmp_supervisor *sv, struct prelude *prelude, struct run_report *rr,
+          struct xmp_error *err)
+{
+    const struct xmp_spec *spec = sv->spec;
 
     /* Workers run in their own process groups, in the background as far as a terminal is
      * concerned: one that read the terminal would be stopped by SIGTTIN for good. So a terminal
      * stdin is replaced by /dev/null; a file or pipe is passed on. */
     if (isatty(STDIN_FILENO))
-        sv.stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (setup_signals(&sv, &err) < 0)
-        goto setup_failed;
+        sv->stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (setup_signals(sv, err) < 0)
+        return -1;
     /* A failure to raise it is not fatal: the budget check below says what the job needs. */
-    if (xmp_file_raise_nofile(&sv.inherited_nofile, &err) == 0)
-        sv.have_inherited_nofile = true;
-    xmp_error_clear(&err);
-    xmp_group_setup_consoles(&sv);
-    if (xmp_host_discover(getenv("XMPRUN_HOST_ROOT"), &sv.host, &err) < 0) {
-        xmp_error_wrap(&err, "host discovery");
-        goto setup_failed;
-    }
-    sv.have_host = true;
-    if (xmp_plan_build(spec, &sv.host, opts->environ, getpid(), &sv.plan, &err) < 0)
-        goto setup_failed;
-    sv.have_plan = true;
-    for (char **w = sv.plan.warnings; w != NULL && *w != NULL; w++)
+    if (xmp_file_raise_nofile(&sv->inherited_nofile, err) == 0)
+        sv->have_inherited_nofile = true;
+    xmp_error_clear(err);
+    xmp_group_setup_consoles(sv);
+    if (xmp_host_discover(getenv("XMPRUN_HOST_ROOT"), &sv->host, err) < 0)
+        return xmp_error_wrap(err, "host discovery");
+    sv->have_host = true;
+    if (xmp_plan_build(spec, &sv->host, sv->opts->environ, getpid(), &sv->plan, err) < 0)
+        return -1;
+    sv->have_plan = true;
+    for (char **w = sv->plan.warnings; w != NULL && *w != NULL; w++)
         fprintf(stderr, "xmprun: warning: %s\n", *w);
     /* Before anything is created or started: a report that cannot be written, or would replace
      * a device node, FIFO or directory, is refused now rather than lost after the job ran. */
-    path = report_path(&sv, buf, sizeof(buf));
-    if (xmp_file_check_target(path, &err) < 0) {
-        xmp_error_wrap(&err, "report");
-        report_refused = true;
-        goto setup_failed;
+    rr->path = report_path(sv, rr->buf, sizeof(rr->buf));
+    if (xmp_file_check_target(rr->path, err) < 0) {
+        rr->refused = true;
+        return xmp_error_wrap(err, "report");
     }
-    path = claim_report_path(&sv, &claim, path);
-    if (check_fd_budget(&sv, &err) < 0)
-        goto setup_failed;
+    rr->path = claim_report_path(sv, &rr->claim, rr->path);
+    if (check_fd_budget(sv, err) < 0)
+        return -1;
     /* The seccomp filter is compiled here, once for every worker and restart. */
-    if (xmp_isolation_setup(spec, &sv.iso, &err) < 0)
-        goto setup_failed;
-    if (setup_workers(&sv, &err) < 0)
-        goto setup_failed;
-    prelude_join(&prelude);
-    if (xmp_sv_setup_cgroups(&sv, &err) < 0)
-        goto setup_failed;
-    sv.report.cgroup_mode = xmp_cgroup_mode_name(sv.mode);
-    xmp_sv_record_enforcement(&sv);
+    if (xmp_isolation_setup(spec, &sv->iso, err) < 0)
+        return -1;
+    if (setup_workers(sv, err) < 0)
+        return -1;
+    prelude_join(prelude);
+    if (xmp_sv_setup_cgroups(sv, err) < 0)
+        return -1;
+    sv->report.cgroup_mode = xmp_cgroup_mode_name(sv->mode);
+    xmp_sv_record_enforcement(sv);
     if (spec->timeout_ms > 0)
-        sv.deadline_ns = sv.report.started_mono_ns + spec->timeout_ms * 1000000;
+        sv->deadline_ns = sv->report.started_mono_ns + spec->timeout_ms * 1000000;
+    return 0;
+}
 
-    if (sv.fork_mode && xmp_zygote_start(&sv, &err) < 0)
-        goto setup_failed;
-    run_job(&sv);
-    if (sv.fork_mode)
-        xmp_group_end_zygote(&sv, !group_failed(&sv) && sv.report.interrupt_signal == 0 &&
-                                      !sv.report.timed_out && !sv.report.zygote_failed);
-    goto done;
+/* The end of every run, set up or not: the report, written while the cgroups, the scratch
+ * directory and the state file go; what the run left is reaped; the exit status. */
+static int
+finish_job(struct xmp_supervisor *sv, struct run_report *rr)
+{
+    struct xmp_error err = {0};
+    struct xmp_file_commit commit;
+    bool report_started, report_lost;
 
-setup_failed:
-    prelude_join(&prelude);
-    snprintf(sv.report.setup_error, sizeof(sv.report.setup_error), "%s", err.msg);
-    *setup_err = err;
-    sv.report.n_workers = 0;
-done:
-    xmp_now_real(&sv.report.ended_at);
-    sv.report.ended_mono_ns = xmp_now_ns();
-    fill_job_info(&sv);
-    xmp_report_finish(&sv.report);
+    xmp_now_real(&sv->report.ended_at);
+    sv->report.ended_mono_ns = xmp_now_ns();
+    fill_job_info(sv);
+    xmp_report_finish(&sv->report);
     /* A setup that failed before the report path was claimed claims it now (a refused path
      * was never claimed, and is not written). */
-    if (path == NULL)
-        path = claim_report_path(&sv, &claim, report_path(&sv, buf, sizeof(buf)));
-    if (!report_refused)
-        xmp_report_write_stacks(&sv.report, path);
+    if (rr->path == NULL)
+        rr->path = claim_report_path(sv, &rr->claim, report_path(sv, rr->buf, sizeof(rr->buf)));
+    if (!rr->refused)
+        xmp_report_write_stacks(&sv->report, rr->path);
     /* Nothing below changes the report: it is written now, and its fsyncs wait for the disk
      * while the cgroups and the scratch directory are removed. */
     report_started =
-        !report_refused && xmp_report_write_start(&sv.report, path, &commit, &err) == 0;
-    report_lost = !report_refused && !report_started;
+        !rr->refused && xmp_report_write_start(&sv->report, rr->path, &commit, &err) == 0;
+    report_lost = !rr->refused && !report_started;
     /* Before the cgroups: what the workers left is killed already (xmp_group_run), and the
      * remover may still be removing their cgroups, which destroy waits for. */
-    remove_run_dir(&sv);
-    xmp_sv_destroy_cgroups(&sv);
+    remove_run_dir(sv);
+    xmp_sv_destroy_cgroups(sv);
     /* Leave the cgroup as it was found: out of the xmprun-self leaf (cgroup v2), which is
      * removed, so that it neither piles up nor blocks the next process that joins the parent. */
     {
         struct xmp_error e = {0};
-        if (xmp_cgroup_leave_self_leaf(&e) < 0 && !xmp_quiet(&sv))
+        if (xmp_cgroup_leave_self_leaf(&e) < 0 && !xmp_quiet(sv))
             fprintf(stderr, "xmprun: warning: %s\n", e.msg);
     }
     /* Destroying the cgroups killed what was left; those were xmprun's children (it is their
      * subreaper), so reap them rather than leave zombies. */
-    xmp_group_kill_orphans(&sv, 0);
+    xmp_group_kill_orphans(sv, 0);
     /* What an unkillable worker left is gc's, which finds it through the state file. */
-    if (sv.state_written && !sv.left_behind)
-        xmp_state_remove(sv.state_dir, sv.plan.cgroup_name);
+    if (sv->state_written && !sv->left_behind)
+        xmp_state_remove(sv->state_dir, sv->plan.cgroup_name);
 
     if (report_started && xmp_file_write_atomic_finish(&commit, &err) < 0)
         report_lost = true;
-    xmp_file_lock_drop(claim.lock, claim.lock_fd);
-    restore_signals(&sv);
+    xmp_file_lock_drop(rr->claim.lock, rr->claim.lock_fd);
+    restore_signals(sv);
     /* A job that succeeded but whose report is lost is not a success (SPEC.md section 5). */
-    if (report_lost && sv.report.exit_code == 0)
-        sv.report.exit_code = 125;
-    write_termination_message(&sv);
-    finish_consoles(&sv, report_started ? path : NULL, report_lost ? err.msg : NULL);
-    status = sv.report.exit_code;
+    if (report_lost && sv->report.exit_code == 0)
+        sv->report.exit_code = 125;
+    write_termination_message(sv);
+    finish_consoles(sv, report_started ? rr->path : NULL, report_lost ? err.msg : NULL);
+    return sv->report.exit_code;
+}
+
+int
+xmp_job_run(const struct xmp_spec *spec, const struct xmp_run_options *opts,
+            struct xmp_error *setup_err)
+{
+    struct xmp_supervisor sv;
+    struct run_report rr = {.claim = {.lock_fd = -1}};
+    struct prelude prelude = {0};
+    struct xmp_error err = {0};
+    int status;
+
+    supervisor_init(&sv, spec, opts);
+    prelude.state_dir = sv.state_dir;
+    prelude.cgroups = spec->cgroups != XMP_CGROUPS_OFF;
+    prelude_start(&prelude);
+    if (setup_job(&sv, &prelude, &rr, &err) == 0 &&
+        !(sv.fork_mode && xmp_zygote_start(&sv, &err) < 0)) {
+        run_job(&sv);
+        if (sv.fork_mode)
+            xmp_group_end_zygote(&sv, !group_failed(&sv) && sv.report.interrupt_signal == 0 &&
+                                          !sv.report.timed_out && !sv.report.zygote_failed);
+    } else {
+        prelude_join(&prelude);
+        snprintf(sv.report.setup_error, sizeof(sv.report.setup_error), "%s", err.msg);
+        *setup_err = err;
+        sv.report.n_workers = 0;
+    }
+    status = finish_job(&sv, &rr);
     cleanup(&sv);
     return status;
 }
