@@ -75,35 +75,14 @@ nvml_dev_of(const struct xmp_supervisor *sv, const char *device)
 static bool
 in_cgroup(const char *text, const struct xmp_cgroup_hier_path *p)
 {
-    bool unified = strcmp(p->hier, "unified") == 0;
-    size_t plen = strlen(p->path), hlen = strlen(p->hier);
+    char path[sizeof(p->path)];
+    size_t plen = strlen(p->path);
+    struct xmp_error err = {0};
 
-    for (const char *line = text; line != NULL && *line != '\0';) {
-        const char *c1 = strchr(line, ':'), *c2 = c1 != NULL ? strchr(c1 + 1, ':') : NULL;
-        const char *end = strchr(line, '\n');
-        size_t len;
-        bool hier = false;
-
-        if (c2 == NULL || (end != NULL && c2 > end))
-            break;
-        if (unified) {
-            hier = c2 == c1 + 1;
-        } else {
-            /* "4:cpu,cpuacct:/path": the hierarchy's controllers, one of them named. */
-            for (const char *t = c1 + 1; t < c2 && !hier;) {
-                const char *comma = memchr(t, ',', (size_t)(c2 - t));
-                const char *te = comma != NULL ? comma : c2;
-                hier = (size_t)(te - t) == hlen && strncmp(t, p->hier, hlen) == 0;
-                t = te + 1;
-            }
-        }
-        len = end != NULL ? (size_t)(end - (c2 + 1)) : strlen(c2 + 1);
-        if (hier && len >= plen && strncmp(c2 + 1, p->path, plen) == 0 &&
-            (len == plen || c2[1 + plen] == '/'))
-            return true;
-        line = end != NULL ? end + 1 : NULL;
-    }
-    return false;
+    if (xmp_cgroup_parse_proc(text, strcmp(p->hier, "unified") == 0 ? "" : p->hier, path,
+                              sizeof(path), NULL, &err) < 0)
+        return false;
+    return strncmp(path, p->path, plen) == 0 && (path[plen] == '\0' || path[plen] == '/');
 }
 
 /* The worker a process NVML lists belongs to: by its cgroup where the workers have theirs,
