@@ -61,4 +61,9 @@ int64_t xmp_stacks_now_ns(void);
  * stopped) is a CPython 3.11 or 3.12; sets p->python. Gives up at deadline_ns. */
 void xmp_stacks_python(Dwfl *dwfl, struct xmp_stack_proc *p, int64_t deadline_ns);
 
+/* The line of the instruction at byte offset addr in a CPython 3.11 or 3.12 code object whose
+ * co_linetable is p[0, size) and co_firstlineno firstlineno, as PyCode_Addr2Line reads it; 0
+ * when it has none (a "no location" entry, a table that is not one). */
+int xmp_stacks_py_line(const unsigned char *p, size_t size, int firstlineno, int addr);
+
 #endif

@@ -46,6 +46,10 @@ struct py_layout {
     size_t code_adaptive;
     size_t ascii_size;   /* sizeof(PyASCIIObject): a compact ASCII string's data follows */
     size_t compact_size; /* sizeof(PyCompactUnicodeObject) */
+    size_t str_length;   /* PyASCIIObject.length */
+    size_t str_state;    /* PyASCIIObject.state: interned:2, kind:3, compact:1, ascii:1 */
+    size_t bytes_size;   /* PyBytesObject's ob_size (PyObject_VAR_HEAD) */
+    size_t bytes_data;   /* PyBytesObject.ob_sval */
 };
 
 static const struct py_layout layouts[] = {
@@ -69,6 +73,10 @@ static const struct py_layout layouts[] = {
         .code_adaptive = 184,
         .ascii_size = 48,
         .compact_size = 72,
+        .str_length = 16,
+        .str_state = 32,
+        .bytes_size = 16,
+        .bytes_data = 32,
     },
     {
         .minor = 12,
@@ -90,6 +98,10 @@ static const struct py_layout layouts[] = {
         .code_adaptive = 192,
         .ascii_size = 40,
         .compact_size = 56,
+        .str_length = 16,
+        .str_state = 32,
+        .bytes_size = 16,
+        .bytes_data = 32,
     },
 };
 
@@ -152,7 +164,8 @@ read_str(const struct reader *r, uint64_t addr)
     char *out;
     size_t len = 0;
 
-    if (!peek(r, addr + 16, &length, sizeof(length)) || !peek(r, addr + 32, &state, sizeof(state)))
+    if (!peek(r, addr + r->l->str_length, &length, sizeof(length)) ||
+        !peek(r, addr + r->l->str_state, &state, sizeof(state)))
         return NULL;
     kind = (state >> 2) & 7;
     /* interned:2, kind:3, compact:1, ascii:1 */
@@ -202,10 +215,8 @@ read_svarint(const unsigned char **p, const unsigned char *end)
     return (v & 1) ? -(int)(v >> 1) : (int)(v >> 1);
 }
 
-/* The line of the instruction at byte offset addr (3.11 and 3.12's co_linetable, as
- * PyCode_Addr2Line reads it); 0 when it has none. */
-static int
-linetable_line(const unsigned char *p, size_t size, int firstlineno, int addr)
+int
+xmp_stacks_py_line(const unsigned char *p, size_t size, int firstlineno, int addr)
 {
     const unsigned char *end = p + size;
     int line = firstlineno, at = 0;
@@ -250,11 +261,11 @@ code_line(const struct reader *r, uint64_t code, uint64_t prev_instr)
     unsigned char *bytes;
     int64_t addr;
 
-    if (table == 0 || !peek(r, table + 16, &size, sizeof(size)) || size <= 0 ||
+    if (table == 0 || !peek(r, table + r->l->bytes_size, &size, sizeof(size)) || size <= 0 ||
         size > MAX_LINETABLE || !peek(r, code + r->l->code_firstlineno, &first, sizeof(first)))
         return 0;
     bytes = malloc((size_t)size);
-    if (bytes == NULL || !peek(r, table + 32, bytes, (size_t)size)) {
+    if (bytes == NULL || !peek(r, table + r->l->bytes_data, bytes, (size_t)size)) {
         free(bytes);
         return 0;
     }
@@ -262,7 +273,7 @@ code_line(const struct reader *r, uint64_t code, uint64_t prev_instr)
     addr = ((int64_t)prev_instr - (int64_t)(code + r->l->code_adaptive)) / 2 * 2;
     if (addr < (int64_t)-2 || addr > (int64_t)size * 64)
         addr = -2;
-    line = linetable_line(bytes, (size_t)size, first, (int)addr);
+    line = xmp_stacks_py_line(bytes, (size_t)size, first, (int)addr);
     free(bytes);
     return line;
 }
