@@ -8,8 +8,8 @@
 #include "isolate/cgroup.h"
 #include "isolate/cgroup_internal.h"
 #include "isolate/cleanup.h"
+#include "isolate/dynlib.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,22 +66,18 @@ SD_FUNCS(SD_DECLARE)
 #define sd_bus_unref                   p_sd_bus_unref
 #define sd_bus_wait                    p_sd_bus_wait
 
+#define SD_SYM(f) {#f, (void **)&p_##f, false},
+static const struct xmp_dynlib_sym sd_syms[] = {SD_FUNCS(SD_SYM)};
+static struct xmp_dynlib libsystemd = {"libsystemd.so.0", sd_syms,
+                                       sizeof(sd_syms) / sizeof(sd_syms[0]), 0, ""};
+
 static int
 load_sd_bus(struct xmp_error *err)
 {
-    static void *lib;
+    char why[256];
 
-    if (lib != NULL)
-        return 0;
-    lib = dlopen("libsystemd.so.0", RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL)
-        return xmp_error_set(err, ENOENT, "libsystemd cannot be loaded: %s", dlerror());
-#define SD_LOAD(f)                                                                                 \
-    if ((*(void **)&p_##f = dlsym(lib, #f)) == NULL) {                                             \
-        lib = NULL;                                                                                \
-        return xmp_error_set(err, ENOENT, "libsystemd.so.0 has no %s", #f);                        \
-    }
-    SD_FUNCS(SD_LOAD)
+    if (!xmp_dynlib_load(&libsystemd, why, sizeof(why)))
+        return xmp_error_set(err, ENOENT, "%s", why);
     return 0;
 }
 

@@ -4,9 +4,9 @@
 #define _GNU_SOURCE
 #include "runner/plan/nvml.h"
 
+#include "isolate/dynlib.h"
 #include "runner/plan/host.h"
 
-#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -42,32 +42,34 @@ struct nvml_memory {
     unsigned long long used;
 };
 
-struct xmp_nvml {
+/* The library's functions, once it is loaded (the first xmp_nvml_open of the process). */
+static struct {
     nvml_return (*init)(void);
     nvml_return (*count)(unsigned int *);
     nvml_return (*handle)(unsigned int, nvml_device *);
     nvml_return (*pci_info)(nvml_device, struct nvml_pci_info *);
     nvml_return (*memory)(nvml_device, struct nvml_memory *);
     nvml_return (*procs)(nvml_device, unsigned int *, struct nvml_process_info *);
+    nvml_return (*procs_v2)(nvml_device, unsigned int *, struct nvml_process_info *);
+} api;
+
+static const struct xmp_dynlib_sym syms[] = {
+    {"nvmlInit_v2", (void **)&api.init, false},
+    {"nvmlDeviceGetCount_v2", (void **)&api.count, false},
+    {"nvmlDeviceGetHandleByIndex_v2", (void **)&api.handle, false},
+    {"nvmlDeviceGetPciInfo_v3", (void **)&api.pci_info, false},
+    {"nvmlDeviceGetMemoryInfo", (void **)&api.memory, false},
+    {"nvmlDeviceGetComputeRunningProcesses_v3", (void **)&api.procs, true},
+    /* Drivers before 510: the same structure. */
+    {"nvmlDeviceGetComputeRunningProcesses_v2", (void **)&api.procs_v2, true},
+};
+static struct xmp_dynlib libnvml = {NULL, syms, sizeof(syms) / sizeof(syms[0]), 0, ""};
+
+struct xmp_nvml {
     size_t n;
     nvml_device dev[MAX_DEVICES];
     char pci[MAX_DEVICES][32]; /* sysfs form */
 };
-
-static bool
-load(void *lib, struct xmp_nvml *api)
-{
-    *(void **)&api->init = dlsym(lib, "nvmlInit_v2");
-    *(void **)&api->count = dlsym(lib, "nvmlDeviceGetCount_v2");
-    *(void **)&api->handle = dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
-    *(void **)&api->pci_info = dlsym(lib, "nvmlDeviceGetPciInfo_v3");
-    *(void **)&api->memory = dlsym(lib, "nvmlDeviceGetMemoryInfo");
-    /* _v2 (drivers before 510) takes the same structure. */
-    *(void **)&api->procs = dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
-    if (api->procs == NULL)
-        *(void **)&api->procs = dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v2");
-    return api->init && api->count && api->handle && api->pci_info && api->memory && api->procs;
-}
 
 struct xmp_nvml *
 xmp_nvml_open(void)
@@ -75,7 +77,6 @@ xmp_nvml_open(void)
     const char *path = getenv("XMPRUN_NVML_LIB");
     struct xmp_nvml *nvml;
     unsigned int count = 0;
-    void *lib;
 
     /* NVML cannot work without the driver's control node, and looking for the library along
      * the whole loader path costs ~70 system calls on a machine without GPUs. */
@@ -84,23 +85,25 @@ xmp_nvml_open(void)
             return NULL;
         path = "libnvidia-ml.so.1";
     }
-    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL)
+    /* The first open's path is the process's (the library stays loaded). */
+    if (libnvml.name == NULL)
+        libnvml.name = path;
+    if (!xmp_dynlib_load(&libnvml, NULL, 0))
         return NULL;
+    if (api.procs == NULL)
+        api.procs = api.procs_v2;
     nvml = calloc(1, sizeof(*nvml));
-    if (nvml == NULL || !load(lib, nvml) || nvml->init() != NVML_SUCCESS ||
-        nvml->count(&count) != NVML_SUCCESS) {
+    if (nvml == NULL || api.procs == NULL || api.init() != NVML_SUCCESS ||
+        api.count(&count) != NVML_SUCCESS) {
         free(nvml);
-        dlclose(lib);
         return NULL;
     }
-    /* The library stays loaded for the rest of the process: nvml holds its functions. */
     for (unsigned int i = 0; i < count && nvml->n < MAX_DEVICES; i++) {
         struct nvml_pci_info pci;
         nvml_device h = NULL;
 
         memset(&pci, 0, sizeof(pci));
-        if (nvml->handle(i, &h) != NVML_SUCCESS || nvml->pci_info(h, &pci) != NVML_SUCCESS)
+        if (api.handle(i, &h) != NVML_SUCCESS || api.pci_info(h, &pci) != NVML_SUCCESS)
             continue; /* one this process may not open (a device cgroup): not one of its GPUs */
         pci.bus_id[sizeof(pci.bus_id) - 1] = '\0';
         nvml->dev[nvml->n] = h;
@@ -127,7 +130,7 @@ xmp_nvml_total(const struct xmp_nvml *nvml, int dev)
 {
     struct nvml_memory mem = {0};
 
-    if (dev < 0 || (size_t)dev >= nvml->n || nvml->memory(nvml->dev[dev], &mem) != NVML_SUCCESS)
+    if (dev < 0 || (size_t)dev >= nvml->n || api.memory(nvml->dev[dev], &mem) != NVML_SUCCESS)
         return -1;
     return (int64_t)mem.total;
 }
@@ -141,14 +144,14 @@ xmp_nvml_processes(const struct xmp_nvml *nvml, int dev, struct xmp_nvml_proc *o
 
     if (dev < 0 || (size_t)dev >= nvml->n)
         return -1;
-    rc = nvml->procs(nvml->dev[dev], &n, infos);
+    rc = api.procs(nvml->dev[dev], &n, infos);
     if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
         /* More than fit: n is how many there are now; a few more may start meanwhile. */
         n += 16;
         infos = calloc(n, sizeof(*infos));
         if (infos == NULL)
             return -1;
-        rc = nvml->procs(nvml->dev[dev], &n, infos);
+        rc = api.procs(nvml->dev[dev], &n, infos);
     }
     if (rc == NVML_SUCCESS)
         for (size_t i = 0; i < n && i < max; i++) {
