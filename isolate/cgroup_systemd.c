@@ -399,16 +399,18 @@ both_failed(struct xmp_error *err, const struct xmp_error *why)
     return -1;
 }
 
-int
-xmp_cgroup_create_job(enum xmp_cgroup_mode mode, enum xmp_cgroup_manager manager, const char *name,
-                      const struct xmp_limits *limits, struct xmp_cgroup **out,
-                      struct xmp_error *err)
-{
-    bool ask =
-        manager == XMP_CGROUP_MANAGER_AUTO && mode == XMP_CGROUP_MODE_UNIFIED && systemd_runs();
-    struct xmp_error why = {0};
-    char unit[256];
+/* Where the job's cgroup is made, in which order (crun's cgroup managers, chosen once). */
+enum manager_order {
+    ORDER_FS,            /* the cgroupfs only */
+    ORDER_SCOPE,         /* a systemd scope only (isolation.cgroup_manager: systemd) */
+    ORDER_FS_THEN_SCOPE, /* the cgroupfs; a scope where the own cgroup cannot host the job */
+    ORDER_SCOPE_THEN_FS, /* a scope, the own cgroup being shared; the cgroupfs says why not */
+};
 
+static int
+decide(enum xmp_cgroup_mode mode, enum xmp_cgroup_manager manager, enum manager_order *order,
+       struct xmp_error *err)
+{
     if (manager == XMP_CGROUP_MANAGER_SYSTEMD) {
         if (mode != XMP_CGROUP_MODE_UNIFIED)
             return xmp_error_set(err, ENOTSUP,
@@ -419,19 +421,45 @@ xmp_cgroup_create_job(enum xmp_cgroup_mode mode, enum xmp_cgroup_manager manager
             return xmp_error_set(err, ENOTSUP,
                                  "isolation.cgroup_manager: systemd, but systemd does not run "
                                  "here (no /run/systemd/system; use auto or cgroupfs)");
+        *order = ORDER_SCOPE;
+    } else if (manager != XMP_CGROUP_MANAGER_AUTO || mode != XMP_CGROUP_MODE_UNIFIED ||
+               !systemd_runs()) {
+        *order = ORDER_FS;
+    } else {
+        *order = own_cgroup_shared() ? ORDER_SCOPE_THEN_FS : ORDER_FS_THEN_SCOPE;
+    }
+    return 0;
+}
+
+int
+xmp_cgroup_create_job(enum xmp_cgroup_mode mode, enum xmp_cgroup_manager manager, const char *name,
+                      const struct xmp_limits *limits, struct xmp_cgroup **out,
+                      struct xmp_error *err)
+{
+    enum manager_order order;
+    struct xmp_error why = {0};
+    char unit[256];
+
+    if (decide(mode, manager, &order, err) < 0)
+        return -1;
+    switch (order) {
+    case ORDER_FS:
+        return xmp_cg_create_job_fs(mode, name, limits, out, err);
+    case ORDER_SCOPE:
         if (enter_scope(name, unit, sizeof(unit), err) < 0)
             return xmp_error_wrap(err, "isolation.cgroup_manager: systemd");
-    } else if (!ask || !own_cgroup_shared()) {
-        /* cgroupfs; where it fails because the own cgroup cannot host the job and systemd
-         * runs, systemd is asked for a cgroup that can. */
+        break;
+    case ORDER_FS_THEN_SCOPE:
         if (xmp_cg_create_job_fs(mode, name, limits, out, err) == 0)
             return 0;
-        if (!ask || err == NULL || !cannot_host(err->errnum))
+        if (err == NULL || !cannot_host(err->errnum))
             return -1;
         if (enter_scope(name, unit, sizeof(unit), &why) < 0)
             return both_failed(err, &why);
-    } else if (enter_scope(name, unit, sizeof(unit), &why) < 0) {
-        /* The cgroupfs try then says why it cannot host the job, with its advice. */
+        break;
+    case ORDER_SCOPE_THEN_FS:
+        if (enter_scope(name, unit, sizeof(unit), &why) == 0)
+            break;
         if (xmp_cg_create_job_fs(mode, name, limits, out, err) == 0)
             return 0;
         return both_failed(err, &why);
