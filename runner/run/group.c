@@ -200,19 +200,21 @@ xmp_grp_ep_del(struct xmp_supervisor *sv, int fd)
 void
 xmp_grp_arm_timer(struct xmp_supervisor *sv)
 {
+    /* Every deadline of the supervisor's (0: none); on_timer acts on each that has come. */
+    const int64_t deadlines[] = {
+        sv->report.timed_out ? 0 : sv->deadline_ns,
+        sv->kill_at_ns,
+        sv->peer_wait_ns,
+        sv->watch_at_ns,
+        sv->unkillable_at_ns,
+        sv->gpumem_at_ns,
+    };
     int64_t next = 0;
     struct itimerspec its = {0};
 
-    if (sv->deadline_ns > 0 && !sv->report.timed_out)
-        next = sv->deadline_ns;
-    if (sv->kill_at_ns > 0 && (next == 0 || sv->kill_at_ns < next))
-        next = sv->kill_at_ns;
-    if (sv->peer_wait_ns > 0 && (next == 0 || sv->peer_wait_ns < next))
-        next = sv->peer_wait_ns;
-    if (sv->watch_at_ns > 0 && (next == 0 || sv->watch_at_ns < next))
-        next = sv->watch_at_ns;
-    if (sv->unkillable_at_ns > 0 && (next == 0 || sv->unkillable_at_ns < next))
-        next = sv->unkillable_at_ns;
+    for (size_t i = 0; i < sizeof(deadlines) / sizeof(deadlines[0]); i++)
+        if (deadlines[i] > 0 && (next == 0 || deadlines[i] < next))
+            next = deadlines[i];
     if (next > 0) {
         its.it_value.tv_sec = next / 1000000000;
         its.it_value.tv_nsec = next % 1000000000;
@@ -275,6 +277,7 @@ on_timer(struct xmp_supervisor *sv)
         xmp_grp_kill_all_now(sv);
     if (sv->unkillable_at_ns > 0 && now >= sv->unkillable_at_ns)
         xmp_grp_give_up_unkillable(sv);
+    xmp_grp_gpumem_sample(sv, now);
     xmp_grp_arm_timer(sv);
 }
 
@@ -399,9 +402,6 @@ dispatch(struct xmp_supervisor *sv, const struct epoll_event *ev)
         return;
     case XMP_EV_MEMWATCH:
         xmp_grp_memwatch_sample(sv);
-        return;
-    case XMP_EV_GPUMEM:
-        xmp_grp_gpumem_sample(sv);
         return;
     case XMP_EV_ZSTDERR:
         xmp_grp_on_zygote_stderr(sv, READ_BUDGET);

@@ -12,13 +12,10 @@
 
 #include "isolate/cleanup.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #define MAX_PROCS 256
@@ -29,32 +26,23 @@
 /* How far up from a GPU process the walk to a worker without a cgroup goes. */
 #define ANCESTORS_MAX 64
 
+/* How often the GPU memory is sampled. */
+#define GPUMEM_PERIOD_NS 1000000000LL
+
 void
 xmp_grp_gpumem_open(struct xmp_supervisor *sv)
 {
-    struct itimerspec its = {.it_value = {1, 0}, .it_interval = {1, 0}};
-
-    if (sv->gpumem_fd >= 0 || sv->plan.kind != XMP_DEVICE_CUDA || sv->host.n_gpus == 0 ||
+    if (sv->gpumem_at_ns > 0 || sv->plan.kind != XMP_DEVICE_CUDA || sv->host.n_gpus == 0 ||
         (sv->nvml_tried && sv->nvml == NULL))
         return;
-    sv->gpumem_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-    if (sv->gpumem_fd < 0)
-        return;
-    if (timerfd_settime(sv->gpumem_fd, 0, &its, NULL) < 0 ||
-        xmp_grp_ep_ctl(sv, EPOLL_CTL_ADD, sv->gpumem_fd, EPOLLIN, XMP_EV_GPUMEM, 0) < 0) {
-        close(sv->gpumem_fd);
-        sv->gpumem_fd = -1;
-    }
+    sv->gpumem_at_ns = xmp_now_ns() + GPUMEM_PERIOD_NS;
+    xmp_grp_arm_timer(sv);
 }
 
 void
 xmp_grp_gpumem_close(struct xmp_supervisor *sv)
 {
-    if (sv->gpumem_fd < 0)
-        return;
-    epoll_ctl(sv->epfd, EPOLL_CTL_DEL, sv->gpumem_fd, NULL);
-    close(sv->gpumem_fd);
-    sv->gpumem_fd = -1;
+    sv->gpumem_at_ns = 0;
 }
 
 /* The NVML index of a worker's device ("cuda:3"), by its PCI address, or -1. */
@@ -167,14 +155,16 @@ sample_device(struct xmp_supervisor *sv, int dev, struct xmp_nvml_proc *procs)
 }
 
 void
-xmp_grp_gpumem_sample(struct xmp_supervisor *sv)
+xmp_grp_gpumem_sample(struct xmp_supervisor *sv, int64_t now)
 {
     cleanup_free struct xmp_nvml_proc *procs = NULL;
     bool done[XMP_GPUMEM_MAX_DEVICES] = {false};
-    uint64_t ticks;
 
-    if (read(sv->gpumem_fd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
+    if (sv->gpumem_at_ns == 0 || now < sv->gpumem_at_ns)
         return;
+    /* On a fixed beat, however late this sample ran. */
+    while (sv->gpumem_at_ns <= now)
+        sv->gpumem_at_ns += GPUMEM_PERIOD_NS;
     if (!sv->nvml_tried) {
         sv->nvml_tried = true;
         sv->nvml = xmp_nvml_open();

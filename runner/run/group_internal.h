@@ -85,7 +85,8 @@ void xmp_grp_memwatch_close(struct xmp_supervisor *sv);
 
 /* group_gpumem.c: the device memory each worker's processes use, from NVML, once a second. */
 void xmp_grp_gpumem_open(struct xmp_supervisor *sv);
-void xmp_grp_gpumem_sample(struct xmp_supervisor *sv);
+/* A sample when its time (gpumem_at_ns) has come. */
+void xmp_grp_gpumem_sample(struct xmp_supervisor *sv, int64_t now);
 void xmp_grp_gpumem_close(struct xmp_supervisor *sv);
 /* The running worker using most GPU memory now, into info's gpu_* fields. */
 void xmp_grp_gpumem_status(const struct xmp_supervisor *sv, struct xmp_status_info *info);

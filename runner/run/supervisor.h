@@ -40,7 +40,6 @@ enum xmp_ev_kind {
     XMP_EV_ZSOCK,    /* the zygote's socket, until it says it is ready */
     XMP_EV_STATUS,   /* the status line's 1 s timer */
     XMP_EV_KMSG,     /* the kernel's log, for the GPUs' Xid events */
-    XMP_EV_GPUMEM,   /* the 1 s timer of the GPU memory samples */
     XMP_EV_ZSTDERR,  /* the zygote's stderr pipe */
     XMP_EV_MEMWATCH, /* the memory watchdog's timer (no writable cgroup) */
 };
@@ -146,8 +145,8 @@ struct xmp_supervisor {
     int run_fd; /* the job's scratch directory (plan.run_dir), made and opened by xmprun; -1 */
     int epfd;
     int sigfd;
-    int kmsg_fd;   /* /dev/kmsg (below XMPRUN_HOST_ROOT in tests) while GPU workers run, or -1 */
-    int gpumem_fd; /* the GPU memory samples' timer while GPU workers run, or -1 */
+    int kmsg_fd; /* /dev/kmsg (below XMPRUN_HOST_ROOT in tests) while GPU workers run, or -1 */
+    int64_t gpumem_at_ns; /* the next GPU memory sample while GPU workers run, 0: none */
     /* isolation.cgroups: auto where no cgroup can be written: the workers' memory is measured
      * and limited by xmprun's samples (memwatch, its timer memwatch_fd while workers run, or
      * -1), and xmprun's own cgroup is observed (own_cg) to name an enclosing limit that fired. */
