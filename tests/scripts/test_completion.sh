@@ -33,7 +33,7 @@ expect "plan " pl
 expect "--set " --s
 expect "--report " --rep
 expect "resources.worker.memory= resources.worker.memory_high= " --set resources.worker.mem
-expect "on_failure.action= on_failure.grace= on_failure.hang_timeout= on_failure.restarts= " -q --set on_fail
+expect "on_failure.action= on_failure.grace= on_failure.hang_timeout= on_failure.restarts= on_failure.stacks= " -q --set on_fail
 expect "run.report.json " report ""
 expect "job.yaml other.yml " validate job.yaml ""
 expect "--workers " plan --wor
