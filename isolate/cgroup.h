@@ -317,6 +317,11 @@ int xmp_cgroup_parse_mountinfo(const char *text, const char *controller, char *m
 int xmp_cgroup_join(const char *mnt, const char *root, const char *path, char *buf, size_t size,
                     struct xmp_error *err);
 
+/* Where this process is in the hierarchy of controller ("memory", "pids"; "" for the cgroup2
+ * tree), from /proc/self/cgroup: its path there and, when dir is not NULL, its directory (the
+ * mount table read then). -1 when it is in no such hierarchy, or it is not mounted. */
+int xmp_cgroup_self(const char *controller, char *path, size_t size, char *dir, size_t dir_size);
+
 /* Strips a last component "xmprun-self-<pid>" (the leaf xmprun may move itself into on cgroup
  * v2), so that xmprun's own cgroup stays the one it was started in. */
 void xmp_cgroup_own_normalize(char *path);

@@ -253,14 +253,11 @@ xmp_cgroup_gc_dirs(const char *const *dirs, size_t n, struct xmp_error *err)
 int
 xmp_cgroup_self_leaf(char *leaf, size_t size)
 {
-    struct xmp_error e = {0};
-    cleanup_free char *proc = xmp_cg_slurp("/proc/self/cgroup", &e);
-    cleanup_free char *mountinfo = NULL;
-    char path[XMP_CG_PATH], mnt[XMP_CG_PATH], root[XMP_CG_PATH];
+    char path[XMP_CG_PATH];
     const char *base;
     pid_t owner;
 
-    if (proc == NULL || xmp_cgroup_parse_proc(proc, "", path, sizeof(path), NULL, &e) < 0)
+    if (xmp_cgroup_self("", path, sizeof(path), NULL, 0) < 0)
         return 0; /* no cgroup2 tree: no leaf */
     base = strrchr(path, '/');
     /* Our own leaf, or the one of a dead xmprun that this one was started in. The mount table
@@ -268,11 +265,7 @@ xmp_cgroup_self_leaf(char *leaf, size_t size)
     if (base == NULL || !xmp_cgroup_self_leaf_pid(base + 1, &owner) ||
         (owner != getpid() && !(kill(owner, 0) < 0 && errno == ESRCH)))
         return 0;
-    mountinfo = xmp_cg_slurp("/proc/self/mountinfo", &e);
-    if (mountinfo == NULL ||
-        xmp_cgroup_parse_mountinfo(mountinfo, NULL, mnt, sizeof(mnt), root, sizeof(root), &e) < 0)
-        return 0;
-    return xmp_cgroup_join(mnt, root, path, leaf, size, &e) == 0 ? 1 : 0;
+    return xmp_cgroup_self("", path, sizeof(path), leaf, size) == 0 ? 1 : 0;
 }
 
 /* True when dir has no subdirectory other than `except` (may be NULL). */

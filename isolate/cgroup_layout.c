@@ -367,3 +367,25 @@ xmp_cg_check_own_dirs(const struct xmp_cg_layout *layout, struct xmp_error *err)
     }
     return 0;
 }
+
+int
+xmp_cgroup_self(const char *controller, char *path, size_t size, char *dir, size_t dir_size)
+{
+    struct xmp_error e = {0};
+    cleanup_free char *proc = xmp_cg_slurp("/proc/self/cgroup", &e);
+    cleanup_free char *mountinfo = NULL;
+    char mnt[XMP_CG_PATH], root[XMP_CG_PATH];
+
+    if (proc == NULL || xmp_cgroup_parse_proc(proc, controller, path, size, NULL, &e) < 0)
+        return -1;
+    if (dir == NULL)
+        return 0;
+    /* The mount table (long in a container) is read only when the directory is asked for. */
+    mountinfo = xmp_cg_slurp("/proc/self/mountinfo", &e);
+    if (mountinfo == NULL ||
+        xmp_cgroup_parse_mountinfo(mountinfo, controller[0] != '\0' ? controller : NULL, mnt,
+                                   sizeof(mnt), root, sizeof(root), &e) < 0 ||
+        xmp_cgroup_join(mnt, root, path, dir, dir_size, &e) < 0)
+        return -1;
+    return 0;
+}

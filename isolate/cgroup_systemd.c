@@ -293,28 +293,6 @@ start_scope(const char *unit, const char *description, struct xmp_error *err)
     return 0;
 }
 
-/* Where /proc/self/cgroup puts this process in the cgroup2 tree: its path there and, when
- * dir is not NULL, its directory. -1 without a cgroup2 tree. */
-static int
-self_cgroup(char *path, size_t size, char *dir, size_t dir_size)
-{
-    struct xmp_error e = {0};
-    cleanup_free char *proc = xmp_cg_slurp("/proc/self/cgroup", &e);
-    cleanup_free char *mountinfo = NULL;
-    char mnt[XMP_CG_PATH], root[XMP_CG_PATH];
-
-    if (proc == NULL || xmp_cgroup_parse_proc(proc, "", path, size, NULL, &e) < 0)
-        return -1;
-    if (dir == NULL)
-        return 0;
-    mountinfo = xmp_cg_slurp("/proc/self/mountinfo", &e);
-    if (mountinfo == NULL ||
-        xmp_cgroup_parse_mountinfo(mountinfo, NULL, mnt, sizeof(mnt), root, sizeof(root), &e) < 0 ||
-        xmp_cgroup_join(mnt, root, path, dir, dir_size, &e) < 0)
-        return -1;
-    return 0;
-}
-
 /* True when this process is in the cgroup named `unit` (the scope). */
 static bool
 in_unit(const char *unit)
@@ -322,7 +300,7 @@ in_unit(const char *unit)
     char path[XMP_CG_PATH];
     const char *base;
 
-    if (self_cgroup(path, sizeof(path), NULL, 0) < 0)
+    if (xmp_cgroup_self("", path, sizeof(path), NULL, 0) < 0)
         return false;
     base = strrchr(path, '/');
     return base != NULL && strcmp(base + 1, unit) == 0;
@@ -346,7 +324,7 @@ own_cgroup_shared(void)
     char path[XMP_CG_PATH], dir[XMP_CG_PATH], procs[XMP_CG_PATH + 16];
     bool other = false;
 
-    if (self_cgroup(path, sizeof(path), dir, sizeof(dir)) < 0 || strcmp(path, "/") == 0)
+    if (xmp_cgroup_self("", path, sizeof(path), dir, sizeof(dir)) < 0 || strcmp(path, "/") == 0)
         return false;
     xmp_cgroup_own_normalize(dir); /* a dead xmprun's leaf: its parent is the own cgroup */
     snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);

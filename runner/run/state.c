@@ -132,20 +132,6 @@ process_matches(pid_t pid, unsigned long long start)
     return xmp_proc_start_time(pid, &now) == 0 && now == start;
 }
 
-static char *
-slurp(const char *path)
-{
-    cleanup_fclose FILE *f = fopen(path, "re");
-    char *text = NULL;
-    size_t len = 0;
-
-    if (f == NULL || getdelim(&text, &len, '\0', f) < 0) {
-        free(text);
-        return NULL;
-    }
-    return text;
-}
-
 /* True when a process xmprun cannot see shares its cgroup or an xmprun-self-* leaf next to it:
  * cgroup.procs shows such processes as pid 0. That happens when xmprun runs in a pid namespace
  * of its own (as PID 1 of `unshare -p`, say) inside a cgroup it shares with the parent
@@ -153,27 +139,16 @@ slurp(const char *path)
 static bool
 foreign_processes_nearby(void)
 {
-    cleanup_free char *proc = slurp("/proc/self/cgroup");
-    cleanup_free char *mounts = slurp("/proc/self/mountinfo");
-    char path[4096], mnt[4096], root[4096], dir[4096], procs[4400], line[32];
-    struct xmp_error err = {0};
+    char path[4096], dir[4096], procs[4400], line[32];
     bool found = false;
     DIR *d;
     struct dirent *de;
 
-    if (proc == NULL || mounts == NULL)
-        return true;
     /* The cgroup2 tree when there is one (unified or hybrid), else the v1 pids hierarchy. */
-    if (xmp_cgroup_parse_proc(proc, "", path, sizeof(path), NULL, &err) < 0 ||
-        xmp_cgroup_parse_mountinfo(mounts, NULL, mnt, sizeof(mnt), root, sizeof(root), &err) < 0) {
-        if (xmp_cgroup_parse_proc(proc, "pids", path, sizeof(path), NULL, &err) < 0 ||
-            xmp_cgroup_parse_mountinfo(mounts, "pids", mnt, sizeof(mnt), root, sizeof(root), &err) <
-                0)
-            return true;
-    }
-    xmp_cgroup_own_normalize(path);
-    if (xmp_cgroup_join(mnt, root, path, dir, sizeof(dir), &err) < 0)
+    if (xmp_cgroup_self("", path, sizeof(path), dir, sizeof(dir)) < 0 &&
+        xmp_cgroup_self("pids", path, sizeof(path), dir, sizeof(dir)) < 0)
         return true;
+    xmp_cgroup_own_normalize(dir);
     d = opendir(dir);
     if (d == NULL)
         return true;
