@@ -11,7 +11,7 @@
 #include "runner/spec/quantity.h"
 #include "runner/spec/spec.h"
 #include "runner/spec/spec_check.h"
-#include "runner/util/proc.h"
+#include "isolate/proc.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -5,6 +5,7 @@
 #include "runner/plan/host.h"
 
 #include "isolate/cleanup.h"
+#include "isolate/proc.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -79,17 +80,12 @@ host_path(const struct xmp_host *host, char *buf, size_t size, const char *rel, 
 static int
 read_small_file(const char *path, char *buf, size_t size)
 {
-    cleanup_fclose FILE *f = fopen(path, "re");
+    ssize_t got = xmp_proc_read(path, buf, size);
     size_t n;
 
-    if (f == NULL)
+    if (got < 0)
         return -1;
-    n = fread(buf, 1, size - 1, f);
-    if (ferror(f)) {
-        errno = EIO;
-        return -1;
-    }
-    buf[n] = '\0';
+    n = (size_t)got;
     while (n > 0 && isspace((unsigned char)buf[n - 1]))
         buf[--n] = '\0';
     return 0;

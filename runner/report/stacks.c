@@ -9,6 +9,8 @@
 #endif
 #include "runner/report/stacks_internal.h"
 
+#include "isolate/proc.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,45 +37,15 @@ xmp_stacks_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static char *
-read_small(const char *path, size_t max)
-{
-    char *buf = malloc(max + 1);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    size_t len = 0;
-    ssize_t n = 0;
-
-    if (buf == NULL || fd < 0) {
-        free(buf);
-        if (fd >= 0)
-            close(fd);
-        return NULL;
-    }
-    while (len < max && (n = read(fd, buf + len, max - len)) > 0)
-        len += (size_t)n;
-    /* /proc/PID/stack opens for its owner and refuses the read (EACCES) without CAP_SYS_ADMIN. */
-    if (len == 0 && n < 0) {
-        int saved = errno;
-        close(fd);
-        free(buf);
-        errno = saved;
-        return NULL;
-    }
-    close(fd);
-    buf[len] = '\0';
-    return buf;
-}
-
 /* comm and state from /proc/PID/task/TID/stat ("tid (comm) S ..."; comm may hold parens). */
 static void
 read_thread_stat(pid_t pid, struct xmp_stack_thread *t)
 {
-    char path[96];
-    char *text, *open_paren, *close_paren;
+    char path[96], text[1024];
+    char *open_paren, *close_paren;
 
     snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)t->tid);
-    text = read_small(path, 1024);
-    if (text == NULL)
+    if (xmp_proc_read(path, text, sizeof(text)) < 0)
         return;
     open_paren = strchr(text, '(');
     close_paren = strrchr(text, ')');
@@ -83,7 +55,6 @@ read_thread_stat(pid_t pid, struct xmp_stack_thread *t)
         if (close_paren[1] == ' ' && close_paren[2] != '\0')
             t->state = close_paren[2];
     }
-    free(text);
 }
 
 /* False when the kernel stack could not be read for want of the right: /proc/PID/stack needs
@@ -91,18 +62,15 @@ read_thread_stat(pid_t pid, struct xmp_stack_thread *t)
 static bool
 read_thread_kernel(pid_t pid, struct xmp_stack_thread *t)
 {
-    char path[96];
-    char *text, *line, *save = NULL;
+    char path[96], text[16384];
+    char *line, *save = NULL;
 
     snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", (int)pid, (int)t->tid);
-    text = read_small(path, sizeof(t->wchan) - 1);
-    if (text != NULL && strcmp(text, "0") != 0)
-        snprintf(t->wchan, sizeof(t->wchan), "%s", text);
-    free(text);
+    if (xmp_proc_read(path, text, sizeof(t->wchan)) >= 0 && strcmp(text, "0") != 0)
+        snprintf(t->wchan, sizeof(t->wchan), "%.*s", (int)sizeof(t->wchan) - 1, text);
     /* Readable by root only (and empty for a running thread). */
     snprintf(path, sizeof(path), "/proc/%d/task/%d/stack", (int)pid, (int)t->tid);
-    text = read_small(path, 16384);
-    if (text == NULL)
+    if (xmp_proc_read(path, text, sizeof(text)) < 0)
         return errno != EACCES && errno != EPERM;
     t->kernel = calloc(XMP_STACKS_MAX_FRAMES, sizeof(char *));
     for (line = strtok_r(text, "\n", &save);
@@ -114,7 +82,6 @@ read_thread_kernel(pid_t pid, struct xmp_stack_thread *t)
         if (t->kernel[t->n_kernel] != NULL)
             t->n_kernel++;
     }
-    free(text);
     return true;
 }
 
@@ -335,16 +302,13 @@ detach_threads(const struct xmp_stack_proc *p, const bool *stopped)
 static void
 read_proc_comm(struct xmp_stack_proc *p)
 {
-    char path[64];
-    char *text;
+    char path[64], text[sizeof(p->comm)];
 
     snprintf(path, sizeof(path), "/proc/%d/comm", (int)p->pid);
-    text = read_small(path, sizeof(p->comm) - 1);
-    if (text != NULL) {
+    if (xmp_proc_read(path, text, sizeof(text)) >= 0) {
         text[strcspn(text, "\n")] = '\0';
         snprintf(p->comm, sizeof(p->comm), "%s", text);
     }
-    free(text);
 }
 
 static void

@@ -8,7 +8,7 @@
 #define _GNU_SOURCE
 #endif
 #include "runner/run/group_internal.h"
-#include "runner/util/proc.h"
+#include "isolate/proc.h"
 
 #include "isolate/cleanup.h"
 

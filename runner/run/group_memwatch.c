@@ -19,7 +19,7 @@
 #define _GNU_SOURCE
 #endif
 #include "runner/run/group_internal.h"
-#include "runner/util/proc.h"
+#include "isolate/proc.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -6,7 +6,7 @@
 #endif
 #include "runner/run/group_internal.h"
 #include "runner/run/zygote.h"
-#include "runner/util/proc.h"
+#include "isolate/proc.h"
 
 #include "isolate/cleanup.h"
 #include "isolate/file.h"

@@ -6,7 +6,7 @@
 #endif
 #include "runner/run/group_internal.h"
 #include "runner/run/spawn.h"
-#include "runner/util/proc.h"
+#include "isolate/proc.h"
 
 #include <errno.h>
 #include <stdio.h>

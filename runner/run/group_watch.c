@@ -7,7 +7,7 @@
 #endif
 #include "runner/run/group_internal.h"
 
-#include "runner/util/proc.h"
+#include "isolate/proc.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #define _GNU_SOURCE
 #endif
 #include "runner/run/state.h"
-#include "runner/util/proc.h"
+#include "isolate/proc.h"
 
 #include "isolate/cleanup.h"
 #include "isolate/file.h"

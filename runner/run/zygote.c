@@ -9,7 +9,7 @@
 
 #include "isolate/cleanup.h"
 #include "runner/run/zygote_msg.h"
-#include "runner/util/proc.h"
+#include "isolate/proc.h"
 #include "runner/util/strv.h"
 
 #include <errno.h>

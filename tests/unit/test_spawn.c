@@ -6,7 +6,7 @@
 #endif
 #include "runner/run/spawn.h"
 #include "runner/run/state.h"
-#include "runner/util/proc.h"
+#include "isolate/proc.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -6,7 +6,7 @@
 #endif
 #include "helpers/testlib.h"
 #include "runner/run/state.h"
-#include "runner/util/proc.h"
+#include "isolate/proc.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>

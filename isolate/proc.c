@@ -1,6 +1,6 @@
 /* What /proc says of a process: its parent and its start time, from /proc/PID/stat, and the
  * processes below it. */
-#include "runner/util/proc.h"
+#include "isolate/proc.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -14,19 +14,29 @@ ssize_t
 xmp_proc_read(const char *path, char *buf, size_t size)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    ssize_t n;
+    size_t len = 0;
+    ssize_t n = 0;
 
     if (fd < 0)
         return -1;
-    do
-        n = read(fd, buf, size - 1);
-    while (n < 0 && errno == EINTR);
+    /* To its end or the buffer's: /proc's seq files may give a long one in several reads. */
+    while (len < size - 1) {
+        n = read(fd, buf + len, size - 1 - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
     int e = errno;
     close(fd);
     errno = e;
-    if (n >= 0)
-        buf[n] = '\0';
-    return n;
+    /* An error at the start is the file's answer (/proc/PID/stack refuses its read, EACCES,
+     * to all but CAP_SYS_ADMIN); after some text, what was read is kept. */
+    if (n < 0 && len == 0)
+        return -1;
+    buf[len] = '\0';
+    return (ssize_t)len;
 }
 
 /* /proc/PID/stat's fields after the comm (from the state on): *rest points into buf; false
