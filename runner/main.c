@@ -1,6 +1,7 @@
 /* xmprun's command line: parses options, dispatches to validate / plan / run / gc, prints errors
  * and picks the exit status. Nothing below this file prints errors or exits. */
 #include "isolate/error.h"
+#include "isolate/proc.h"
 #include "runner/plan/enforce.h"
 #include "runner/plan/host.h"
 #include "runner/plan/plan.h"
@@ -11,7 +12,6 @@
 #include "runner/spec/quantity.h"
 #include "runner/spec/spec.h"
 #include "runner/spec/spec_check.h"
-#include "isolate/proc.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -18,8 +18,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "runner/run/group_internal.h"
 #include "isolate/proc.h"
+#include "runner/run/group_internal.h"
 
 #include <dirent.h>
 #include <errno.h>

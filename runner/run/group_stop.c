@@ -4,9 +4,9 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "isolate/proc.h"
 #include "runner/run/group_internal.h"
 #include "runner/run/spawn.h"
-#include "isolate/proc.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -8,8 +8,8 @@
 #include "runner/run/zygote.h"
 
 #include "isolate/cleanup.h"
-#include "runner/run/zygote_msg.h"
 #include "isolate/proc.h"
+#include "runner/run/zygote_msg.h"
 #include "runner/util/strv.h"
 
 #include <errno.h>

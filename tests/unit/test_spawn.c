@@ -4,9 +4,9 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "isolate/proc.h"
 #include "runner/run/spawn.h"
 #include "runner/run/state.h"
-#include "isolate/proc.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -5,8 +5,8 @@
 #define _GNU_SOURCE
 #endif
 #include "helpers/testlib.h"
-#include "runner/run/state.h"
 #include "isolate/proc.h"
+#include "runner/run/state.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>
