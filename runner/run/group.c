@@ -196,6 +196,16 @@ xmp_grp_ep_del(struct xmp_supervisor *sv, int fd)
         epoll_ctl(sv->epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
+void
+xmp_grp_ep_close(struct xmp_supervisor *sv, int *fd)
+{
+    if (*fd < 0)
+        return;
+    epoll_ctl(sv->epfd, EPOLL_CTL_DEL, *fd, NULL);
+    close(*fd);
+    *fd = -1;
+}
+
 /* The timerfd always holds the next deadline: the job timeout or the end of the kill grace. */
 void
 xmp_grp_arm_timer(struct xmp_supervisor *sv)

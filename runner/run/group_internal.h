@@ -39,6 +39,8 @@ int xmp_grp_ep_add(struct xmp_supervisor *sv, int fd, enum xmp_ev_kind kind, siz
 int xmp_grp_ep_ctl(struct xmp_supervisor *sv, int op, int fd, uint32_t events,
                    enum xmp_ev_kind kind, size_t index);
 void xmp_grp_ep_del(struct xmp_supervisor *sv, int fd);
+/* An event source's end: out of the epoll set, closed, and *fd -1 (nothing when it is -1). */
+void xmp_grp_ep_close(struct xmp_supervisor *sv, int *fd);
 void xmp_grp_finish_worker(struct xmp_supervisor *sv, struct xmp_worker *w, const siginfo_t *si,
                            const struct rusage *ru);
 bool xmp_grp_is_stop_signal(int sig);

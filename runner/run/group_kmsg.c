@@ -32,19 +32,14 @@ xmp_grp_kmsg_open(struct xmp_supervisor *sv)
         return;
     /* Only what is logged from now on (a FIFO cannot seek, and has nothing older). */
     lseek(sv->kmsg_fd, 0, SEEK_END);
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = xmp_ev_tag(XMP_EV_KMSG, 0)};
-    if (epoll_ctl(sv->epfd, EPOLL_CTL_ADD, sv->kmsg_fd, &ev) < 0)
+    if (xmp_grp_ep_ctl(sv, EPOLL_CTL_ADD, sv->kmsg_fd, EPOLLIN, XMP_EV_KMSG, 0) < 0)
         xmp_grp_kmsg_close(sv);
 }
 
 void
 xmp_grp_kmsg_close(struct xmp_supervisor *sv)
 {
-    if (sv->kmsg_fd < 0)
-        return;
-    epoll_ctl(sv->epfd, EPOLL_CTL_DEL, sv->kmsg_fd, NULL);
-    close(sv->kmsg_fd);
-    sv->kmsg_fd = -1;
+    xmp_grp_ep_close(sv, &sv->kmsg_fd);
 }
 
 /* The workers whose GPU has that PCI address (as the driver prints it: "0000:41:00", without

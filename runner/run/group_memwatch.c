@@ -57,20 +57,14 @@ xmp_grp_memwatch_open(struct xmp_supervisor *sv)
     if (sv->memwatch_fd < 0)
         return;
     if (timerfd_settime(sv->memwatch_fd, 0, &its, NULL) < 0 ||
-        xmp_grp_ep_ctl(sv, EPOLL_CTL_ADD, sv->memwatch_fd, EPOLLIN, XMP_EV_MEMWATCH, 0) < 0) {
-        close(sv->memwatch_fd);
-        sv->memwatch_fd = -1;
-    }
+        xmp_grp_ep_ctl(sv, EPOLL_CTL_ADD, sv->memwatch_fd, EPOLLIN, XMP_EV_MEMWATCH, 0) < 0)
+        xmp_grp_ep_close(sv, &sv->memwatch_fd);
 }
 
 void
 xmp_grp_memwatch_close(struct xmp_supervisor *sv)
 {
-    if (sv->memwatch_fd < 0)
-        return;
-    epoll_ctl(sv->epfd, EPOLL_CTL_DEL, sv->memwatch_fd, NULL);
-    close(sv->memwatch_fd);
-    sv->memwatch_fd = -1;
+    xmp_grp_ep_close(sv, &sv->memwatch_fd);
 }
 
 /* The value in kB of "Key:   123 kB" in text, in bytes, or -1 when the key is not there. */
