@@ -476,16 +476,7 @@ static void
 cleanup(struct xmp_supervisor *sv)
 {
     free(sv->serial_lock);
-    if (sv->zy.sock >= 0)
-        close(sv->zy.sock);
-    if (sv->zy.pidfd >= 0)
-        close(sv->zy.pidfd);
-    free(sv->zy.path);
-    free(sv->zy.error_file);
-    xmp_worker_report_clear(&sv->zy.rep);
-    xmp_stream_close(&sv->zy.err);
-    xmp_tail_free(&sv->zy.tail);
-    xmp_strv_free(sv->zy.environ);
+    xmp_zygote_free(&sv->zy);
     for (size_t i = 0; i < sv->n_workers; i++) {
         struct xmp_worker *w = &sv->workers[i];
         if (w->pidfd >= 0)

@@ -505,3 +505,21 @@ xmp_zygote_send_done(struct xmp_supervisor *sv, bool ok)
         /* Gone, or not listening: its pidfd will say which. */
     }
 }
+
+void
+xmp_zygote_free(struct xmp_zygote *zy)
+{
+    if (zy->sock >= 0)
+        close(zy->sock);
+    if (zy->pidfd >= 0)
+        close(zy->pidfd);
+    zy->sock = zy->pidfd = -1;
+    free(zy->path);
+    free(zy->error_file);
+    zy->path = zy->error_file = NULL;
+    xmp_worker_report_clear(&zy->rep);
+    xmp_stream_close(&zy->err);
+    xmp_tail_free(&zy->tail);
+    xmp_strv_free(zy->environ);
+    zy->environ = NULL;
+}

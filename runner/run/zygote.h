@@ -23,4 +23,8 @@ void xmp_zygote_send_done(struct xmp_supervisor *sv, bool ok);
 char **xmp_zygote_client_env(struct xmp_supervisor *sv, char **env);
 void xmp_zygote_find_client(struct xmp_supervisor *sv);
 
+/* Frees what the zygote's state holds (its descriptors, paths, report, output): at the end of
+ * the run, whether it was started or not. */
+void xmp_zygote_free(struct xmp_zygote *zy);
+
 #endif
