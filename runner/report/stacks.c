@@ -545,18 +545,32 @@ free_frames(struct xmp_stack_frame *f, size_t n)
 }
 
 void
+xmp_stacks_read_thread(pid_t pid, pid_t tid, struct xmp_stack_thread *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->tid = tid;
+    read_thread_stat(pid, t);
+    read_thread_kernel(pid, t);
+}
+
+void
+xmp_stack_thread_free(struct xmp_stack_thread *t)
+{
+    for (size_t k = 0; k < t->n_kernel; k++)
+        free(t->kernel[k]);
+    free(t->kernel);
+    free_frames(t->native, t->n_native);
+    free_frames(t->python, t->n_python);
+    memset(t, 0, sizeof(*t));
+}
+
+void
 xmp_stack_proc_free(struct xmp_stack_proc *p)
 {
     if (p == NULL)
         return;
-    for (size_t i = 0; i < p->n_threads; i++) {
-        struct xmp_stack_thread *t = &p->threads[i];
-        for (size_t k = 0; k < t->n_kernel; k++)
-            free(t->kernel[k]);
-        free(t->kernel);
-        free_frames(t->native, t->n_native);
-        free_frames(t->python, t->n_python);
-    }
+    for (size_t i = 0; i < p->n_threads; i++)
+        xmp_stack_thread_free(&p->threads[i]);
     free(p->threads);
     p->threads = NULL;
     p->n_threads = 0;

@@ -78,6 +78,11 @@ struct xmp_stack_proc *xmp_stacks_take(struct xmp_stacks *s, size_t i);
 struct xmp_stack_proc *xmp_stacks_take_group(struct xmp_stacks *s, size_t first, size_t n);
 
 void xmp_stack_proc_free(struct xmp_stack_proc *p);
+
+/* What /proc says of one thread without stopping it: its name, state letter, wchan and kernel
+ * stack (root's to read), into *t (freed with xmp_stack_thread_free). */
+void xmp_stacks_read_thread(pid_t pid, pid_t tid, struct xmp_stack_thread *t);
+void xmp_stack_thread_free(struct xmp_stack_thread *t);
 void xmp_stacks_free(struct xmp_stacks *s);
 
 /* One thread's innermost frame in words, "wait_for_peer (job/w.py:7)": its Python frame when

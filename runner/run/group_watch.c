@@ -7,6 +7,8 @@
 #endif
 #include "runner/run/group_internal.h"
 
+#include "runner/report/stacks.h"
+
 #include "isolate/proc.h"
 
 #include <stdio.h>
@@ -144,25 +146,15 @@ xmp_grp_watch_tick(struct xmp_supervisor *sv, int64_t now)
 static void
 read_stuck(pid_t pid, struct xmp_unkillable *u)
 {
-    char buf[4096], path[64], state = '\0';
-    long long ticks;
+    struct xmp_stack_thread t;
 
     memset(u, 0, sizeof(*u));
-    if (xmp_proc_cpu_ticks(pid, &state, &ticks))
-        u->state[0] = state;
-    snprintf(path, sizeof(path), "/proc/%d/wchan", (int)pid);
-    if (xmp_proc_read(path, buf, sizeof(buf)) > 0 && strcmp(buf, "0") != 0)
-        snprintf(u->wchan, sizeof(u->wchan), "%.*s", (int)sizeof(u->wchan) - 1, buf);
-    snprintf(path, sizeof(path), "/proc/%d/stack", (int)pid);
-    if (xmp_proc_read(path, buf, sizeof(buf)) <= 0)
-        return;
-    for (char *line = strtok(buf, "\n");
-         line != NULL && u->n_stack < sizeof(u->stack) / sizeof(u->stack[0]);
-         line = strtok(NULL, "\n")) {
-        /* "[<0>] hrtimer_nanosleep+0x74/0xf0": the address is zeroed for all but root. */
-        char *frame = strstr(line, "] ");
-        snprintf(u->stack[u->n_stack++], sizeof(u->stack[0]), "%s", frame ? frame + 2 : line);
-    }
+    xmp_stacks_read_thread(pid, pid, &t);
+    u->state[0] = t.state;
+    snprintf(u->wchan, sizeof(u->wchan), "%s", t.wchan);
+    for (size_t i = 0; i < t.n_kernel && u->n_stack < sizeof(u->stack) / sizeof(u->stack[0]); i++)
+        snprintf(u->stack[u->n_stack++], sizeof(u->stack[0]), "%s", t.kernel[i]);
+    xmp_stack_thread_free(&t);
 }
 
 void
