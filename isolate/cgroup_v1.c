@@ -185,7 +185,7 @@ extend_job(struct xmp_cgroup *job, unsigned missing, struct xmp_error *err)
     xmp_limits_init(&none);
     if (v1_values(job, &none, missing, &vals, err) < 0 ||
         xmp_cg_lc_create(job, missing, &vals, err) < 0) {
-        for (size_t i = 0; i < job->layout->n; i++)
+        for (size_t i = 0; i < job->layout->n && !job->layout->preset; i++)
             if (missing & (1u << i))
                 rmdir(job->dir[i]);
         return -1;
@@ -197,7 +197,7 @@ extend_job(struct xmp_cgroup *job, unsigned missing, struct xmp_error *err)
 static void
 remove_created(struct xmp_cgroup *cg, unsigned mask)
 {
-    for (size_t i = 0; i < cg->layout->n; i++)
+    for (size_t i = 0; i < cg->layout->n && !cg->layout->preset; i++)
         if (mask & (1u << i))
             rmdir(cg->dir[i]);
 }
@@ -363,7 +363,7 @@ v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
      * in hybrid mode the tracking tree has none of them, so it cannot create there: plain
      * mkdir, first, so that the job can learn from it what the kernel offers. */
     if (u >= 0) {
-        if (mkdir(cg->dir[u], 0755) < 0)
+        if (mkdir(cg->dir[u], 0755) < 0 && !(errno == EEXIST && lay->preset))
             return xmp_error_set(err, errno, "mkdir `%s`", cg->dir[u]);
         mask = 1u << u;
     }
