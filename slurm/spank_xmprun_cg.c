@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -460,6 +461,20 @@ task_path(const char *proc, const char *ctrls, char *path, size_t size)
     return -1;
 }
 
+/* Whether the mount point shows the filesystem dev (a mount that a later one hides, such as the
+ * host's hierarchies under the tmpfs of a cgroup namespace's fresh mounts, does not). */
+static bool
+visible(const char *mnt, dev_t dev)
+{
+    struct stat st;
+    int fd = open(mnt, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    bool ok = fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev;
+
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
 /* Reads a whole /proc file. */
 static char *
 slurp(const char *path)
@@ -492,7 +507,6 @@ find_hierarchies(struct xsp_task *t, pid_t pid, char *msg, size_t size)
 {
     char procpath[64];
     char *mi = slurp("/proc/self/mountinfo"), *proc = NULL;
-    bool have_v2 = false;
 
     snprintf(procpath, sizeof(procpath), "/proc/%d/cgroup", (int)pid);
     proc = slurp(procpath);
@@ -507,41 +521,37 @@ find_hierarchies(struct xsp_task *t, pid_t pid, char *msg, size_t size)
          line = strtok_r(NULL, "\n", &save)) {
         char root[XSP_PATH], mnt[XSP_PATH], fstype[32], superopts[512], path[XSP_PATH];
         const char *dash = strstr(line, " - ");
-        struct xsp_hier *h = &t->h[t->n];
-        if (dash == NULL || sscanf(line, "%*s %*s %*s %1023s %1023s", root, mnt) != 2 ||
+        struct xsp_hier cand = {0}, *h = NULL;
+        unsigned maj = 0, min = 0;
+        if (dash == NULL || sscanf(line, "%*s %*s %u:%u %511s %511s", &maj, &min, root, mnt) != 4 ||
             sscanf(dash, " - %31s %*s %511s", fstype, superopts) != 2)
             continue;
-        bool v2 = strcmp(fstype, "cgroup2") == 0;
-        if (!v2 && strcmp(fstype, "cgroup") != 0)
+        cand.v2 = strcmp(fstype, "cgroup2") == 0;
+        if (!cand.v2 && (strcmp(fstype, "cgroup") != 0 ||
+                         !used_ctrls(superopts, cand.ctrls, sizeof(cand.ctrls))))
             continue;
-        memset(h, 0, sizeof(*h));
-        h->v2 = v2;
-        if (v2 ? have_v2 : !used_ctrls(superopts, h->ctrls, sizeof(h->ctrls)))
-            continue;
-        bool dup = false;
-        for (size_t i = 0; i < t->n; i++)
-            dup |= t->h[i].v2 == v2 && strcmp(t->h[i].ctrls, h->ctrls) == 0;
-        if (dup || t->n == XSP_MAX_HIER)
-            continue;
-        /* Escaped names (\040) and a task outside the mount's root are not what a node looks
-         * like: the hierarchy is skipped, and with it the preparation (said by the caller). */
+        /* Escaped names (\040) are not what a node looks like; a mount whose root the task is
+         * not below shows another part of the tree (one that a later mount hides, made in
+         * another cgroup namespace): the last mount of a hierarchy that holds the task wins. */
         if (strchr(mnt, '\\') != NULL || strchr(root, '\\') != NULL ||
-            task_path(proc, h->ctrls, path, sizeof(path)) < 0 ||
+            task_path(proc, cand.ctrls, path, sizeof(path)) < 0 ||
             strncmp(path, root, strlen(root)) != 0 ||
-            (strcmp(root, "/") != 0 && path[strlen(root)] != '/' && path[strlen(root)] != '\0')) {
-            say(msg, size, "the task's %s cgroup is not below the mount %s",
-                v2 ? "cgroup2" : h->ctrls, mnt);
-            free(mi);
-            free(proc);
-            return -1;
-        }
+            (strcmp(root, "/") != 0 && path[strlen(root)] != '/' && path[strlen(root)] != '\0'))
+            continue;
+        if (!visible(mnt, makedev(maj, min)))
+            continue;
         const char *rel = strcmp(root, "/") == 0 ? path : path + strlen(root);
         while (*rel == '/')
             rel++;
-        snprintf(h->mount, sizeof(h->mount), "%s", mnt);
-        snprintf(h->base, sizeof(h->base), "%s", rel);
-        have_v2 |= v2;
-        t->n++;
+        snprintf(cand.mount, sizeof(cand.mount), "%s", mnt);
+        snprintf(cand.base, sizeof(cand.base), "%s", rel);
+        for (size_t i = 0; i < t->n && h == NULL; i++)
+            if (t->h[i].v2 == cand.v2 && strcmp(t->h[i].ctrls, cand.ctrls) == 0)
+                h = &t->h[i];
+        if (h == NULL && t->n < XSP_MAX_HIER)
+            h = &t->h[t->n++];
+        if (h != NULL)
+            *h = cand;
     }
     free(mi);
     free(proc);
