@@ -29,8 +29,9 @@ static struct {
     bool default_on;    /* default=on */
     int asked;          /* --xmprun-cgroups: -1 not given, 0 off, 1 on */
     size_t max_workers; /* max_workers=N */
-    struct xsp_task task[MAX_TASKS];
 } cfg = {.asked = -1, .max_workers = DEFAULT_MAX_WORKERS};
+/* (apart from cfg, so that it is zero-initialised: .bss, not 1 MiB of the plugin's file) */
+static struct xsp_task tasks[MAX_TASKS];
 
 /* "on"/"off" and their usual synonyms; -1 for anything else. */
 static int
@@ -127,7 +128,7 @@ task_record(spank_t sp, int *id)
 {
     if (spank_get_item(sp, S_TASK_ID, id) != ESPANK_SUCCESS || *id < 0 || *id >= MAX_TASKS)
         return NULL;
-    return &cfg.task[*id];
+    return &tasks[*id];
 }
 
 /* After task/cgroup has placed the task (task_init_privileged is too early: its pid is written
@@ -204,7 +205,7 @@ slurm_spank_exit(spank_t sp, int ac, char **av)
     if (!spank_remote(sp))
         return 0;
     for (size_t i = 0; i < MAX_TASKS; i++)
-        if (cfg.task[i].active && xsp_cleanup(&cfg.task[i], msg, sizeof(msg)) < 0)
+        if (tasks[i].active && xsp_cleanup(&tasks[i], msg, sizeof(msg)) < 0)
             slurm_error("spank_xmprun: task %zu: left behind: %s", i, msg);
     return 0;
 }
