@@ -50,6 +50,15 @@ v1_values(const struct xmp_cgroup *cg, const struct xmp_limits *l, unsigned mask
     const struct xmp_cg_layout *lay = cg->layout;
     int i;
 
+    /* Slurm's spank_xmprun leaves outlive a job (several xmprun in one task): the memory limits
+     * an earlier job set go first, memsw before memory, which it must never be below. */
+    if (lay->preset && (i = hier_of(lay, XMP_CG_MEMORY)) >= 0 && (mask & (1u << i)) &&
+        ((lay->caps.memsw &&
+          xmp_cg_values_add_int(vals, i, "memory.memsw.limit_in_bytes", -1, err) < 0) ||
+         (l->memory < 0 && xmp_cg_values_add_int(vals, i, "memory.limit_in_bytes", -1, err) < 0) ||
+         (l->memory_high < 0 &&
+          xmp_cg_values_add_int(vals, i, "memory.soft_limit_in_bytes", -1, err) < 0)))
+        return -1;
     if (l->memory >= 0 || l->memory_high >= 0 || l->swap >= 0) {
         if ((i = need(lay, XMP_CG_MEMORY, "memory", "a memory limit", err)) < 0)
             return -1;

@@ -11,7 +11,8 @@
 # Writes plugstack.conf beside the cluster's slurm.conf (Slurm's default place for it) and
 # removes it again; switches the cluster's mode under /tmp/xmp-slurm.lock and leaves it in the
 # mode it found. Skips (77) without Slurm, as test_slurm_modes.sh does; tests/check-skips.sh
-# fails CI on that unless .ci/run expects it.
+# fails CI on that unless .ci/run expects it. XMP_SPANK_MODES="1" runs one mode only (the
+# mutation check, whose copy of the tree needs XMP_SLURM_SETUP to find slurm-setup.sh).
 set -u
 name=test_slurm_spank
 : "${XMPRUN_SOURCE_DIR:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -146,6 +147,25 @@ EOF
         fail "the worker's OOM at its own limit, with the plugin's cgroups, is not in the report"
     check_nothing_left "after the OOM run"
 
+    # 1b. Two xmprun in one task use the same leaves: the first's limits (memory 128Mi and no
+    #     swap, so memsw too) are not the second's (256Mi, 200 MiB used).
+    cat >two.yaml <<EOF
+version: 1
+name: sptwo
+devices: {kind: cpu}
+workers: 1
+resources: {worker: {memory: 256Mi}}
+command: [$probe, alloc, '200']
+EOF
+    chmod 0644 two.yaml
+    out=$(timeout 120 $as srun -c 2 --xmprun-cgroups sh -c "env -u XMPRUN_HOST_ROOT $xmprun -q \
+        --set resources.worker.memory=128Mi --set resources.worker.swap=0 --set command=[true] \
+        two.yaml && env -u XMPRUN_HOST_ROOT $xmprun -q --report $d/two.json two.yaml" 2>&1)
+    rc=$?
+    [ "$rc" = 0 ] || fail "a second xmprun in the task exited $rc: $out"
+    report two.json 'r["outcome"] == "succeeded" and "spank_xmprun" in r["cgroup"]["note"]' ||
+        fail "a second xmprun in the task did not run in the plugin's cgroups"
+
     # 2. The cap: max_workers=1 gives the 2-CPU task one leaf; the user can make no cgroup in
     #    any hierarchy, a 2-worker job falls back to the sampled limits and says why, and
     #    isolation.cgroups: required refuses.
@@ -252,7 +272,7 @@ EOF
     check_nothing_left "at the end"
 }
 
-for mode in 0 1; do
+for mode in ${XMP_SPANK_MODES:-0 1}; do
     XMP_SLURM_CGROUP=$mode "$setup" >"$work/setup$mode.log" 2>&1 ||
         { cat "$work/setup$mode.log"; fail "slurm-setup.sh could not start mode $mode"; continue; }
     run_mode
