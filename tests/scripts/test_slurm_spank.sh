@@ -30,6 +30,8 @@ command -v sbatch >/dev/null || skip "Slurm is not installed (run ../shared/tool
 if [ -z "${XMP_SLURM_LOCKED:-}" ]; then
     XMP_SLURM_LOCKED=1 exec flock -o -w 600 -E 75 /tmp/xmp-slurm.lock "$0" "$@"
 fi
+# srun forwards stdin to the task: none of the caller's (tests/mutation.sh feeds its list there).
+exec </dev/null
 eval "$("$setup" env 2>/dev/null | grep '^export SLURM_CONF=')"
 export SLURM_CONF=${SLURM_CONF:-/tmp/xmp-real/slurm/etc/slurm.conf}
 timeout 20 sinfo -h -o '%a' 2>/dev/null | grep -q '^up' || skip "no Slurm cluster answers ($SLURM_CONF)"
