@@ -168,15 +168,27 @@ xmp_cg_create_job_fs(enum xmp_cgroup_mode mode, const char *name, const struct x
     }
     xmp_cg_use_visible_mounts(layout, ret == 0);
     if (xmp_cg_check_own_dirs(layout, err) < 0) {
-        free(layout);
-        return -1;
+        /* A regular user in a Slurm step: the cgroups spank_xmprun made, if it did. */
+        struct xmp_error miss = {0};
+        if ((err == NULL || err->errnum == EACCES || err->errnum == EPERM) &&
+            xmp_cg_find_preset(layout, &miss) == 0) {
+            name = XMP_CG_SLURM_DIR;
+            xmp_error_clear(err);
+        } else {
+            free(layout);
+            return -1;
+        }
     }
     if (xmp_cg_new_cgroup(layout, NULL, name, &cg, err) < 0) {
         free(layout);
         return -1;
     }
     cg->owns_layout = true;
-    if (check_absent(cg, err) < 0) {
+    if (layout->preset)
+        snprintf(cg->note, sizeof(cg->note),
+                 "cgroups from Slurm's spank_xmprun plugin: %zu worker cgroups below the task's",
+                 layout->n_preset);
+    if (!layout->preset && check_absent(cg, err) < 0) {
         xmp_cg_free_cgroup(cg);
         return -1;
     }
@@ -233,6 +245,10 @@ xmp_cgroup_create_child(struct xmp_cgroup *parent, const char *name,
     parent->children = nc;
     if (xmp_cg_new_cgroup(parent->layout, parent, rel, &cg, err) < 0)
         return -1;
+    if (xmp_cg_check_preset_leaf(cg, err) < 0) {
+        xmp_cg_free_cgroup(cg);
+        return -1;
+    }
     if (cg->ops->create(cg, limits, err) < 0) {
         xmp_cg_note_hidden(err, cg->layout);
         xmp_cg_free_cgroup(cg);
@@ -540,7 +556,7 @@ xmp_cg_remove_dirs(struct xmp_cgroup *cg, struct xmp_error *err)
 {
     int ret = 0;
 
-    for (size_t i = 0; i < cg->layout->n; i++) {
+    for (size_t i = 0; i < cg->layout->n && !cg->layout->preset; i++) {
         struct xmp_error e = {0};
         if (xmp_cg_rmdir_tree(cg->dir[i], &e) < 0) {
             if (ret == 0 && err != NULL)
@@ -560,7 +576,7 @@ remove_own_dirs(struct xmp_cgroup *cg, struct xmp_error *err)
 {
     int ret = 0;
 
-    for (size_t i = 0; i < cg->layout->n; i++) {
+    for (size_t i = 0; i < cg->layout->n && !cg->layout->preset; i++) {
         struct xmp_error e = {0};
         if (!(cg->own & (1u << i)) || rmdir(cg->dir[i]) == 0 || errno == ENOENT)
             continue;
@@ -635,7 +651,7 @@ destroy_tree(struct xmp_cgroup *cg, bool wait, struct xmp_error *err)
 static bool
 remove_released(struct xmp_cgroup *cg)
 {
-    for (size_t i = 0; i < cg->layout->n; i++)
+    for (size_t i = 0; i < cg->layout->n && !cg->layout->preset; i++)
         if ((cg->own & (1u << i)) && rmdir(cg->dir[i]) < 0 && errno != ENOENT)
             return false;
     return true;

@@ -103,6 +103,13 @@ int xmp_cgroup_create_job(enum xmp_cgroup_mode mode, enum xmp_cgroup_manager man
                           const char *name, const struct xmp_limits *limits,
                           struct xmp_cgroup **out, struct xmp_error *err);
 
+/* True when the job's cgroups are the ones Slurm's spank_xmprun plugin prepared for this task
+ * (a regular user in a Slurm step, where xmprun may not write its own cgroup): the job is the
+ * directory `xmprun` below xmprun's own cgroup, its workers are `xmprun/worker-<local rank>`,
+ * and none of them is made or removed by xmprun. create_job looks for them where it may not
+ * make its own; so does xmp_cgroup_check_writable, for `xmprun plan`. */
+bool xmp_cgroup_from_slurm(const struct xmp_cgroup *cg);
+
 /* The systemd scope the job was made in ("xmprun-a-1-ab12cd.scope"), or NULL (cgroupfs). */
 const char *xmp_cgroup_scope(const struct xmp_cgroup *cg);
 

@@ -350,7 +350,7 @@ xmp_cg_lc_create(const struct xmp_cgroup *cg, unsigned mask, const struct xmp_cg
         if (!(mask & (1u << i)) || !is_direct(&lay->h[i], cg->rel))
             continue;
         done |= 1u << i;
-        if (mkdir(cg->dir[i], 0755) < 0)
+        if (mkdir(cg->dir[i], 0755) < 0 && !(errno == EEXIST && lay->preset))
             return xmp_error_set(err, errno, "mkdir `%s`", cg->dir[i]);
         for (size_t k = 0; k < vals->n; k++)
             if (vals->v[k].hier == (int)i &&

@@ -105,6 +105,10 @@ struct xmp_cg_layout {
     struct xmp_dev_prog dev_prog; /* the job's last BPF device program, shared by its workers */
     struct xmp_cg_remover remover;
     char scope[256]; /* the systemd scope xmprun's own cgroup is (cgroup_systemd.c), or "" */
+    /* The job's and the workers' directories are the ones Slurm's spank_xmprun plugin made
+     * below xmprun's own cgroup (cgroup_slurm.c): used as they are, never made nor removed. */
+    bool preset;
+    size_t n_preset; /* its worker leaves: worker-0 .. worker-<n_preset - 1> */
 };
 
 struct xmp_cg_ops;
@@ -266,6 +270,15 @@ void xmp_cg_note_hidden(struct xmp_error *err, const struct xmp_cg_layout *l);
 int xmp_cg_create_job_fs(enum xmp_cgroup_mode mode, const char *name,
                          const struct xmp_limits *limits, struct xmp_cgroup **out,
                          struct xmp_error *err);
+
+/* Slurm's spank_xmprun plugin (cgroup_slurm.c). XMP_CG_SLURM_DIR is the directory it makes below
+ * each task's cgroup, with the leaves worker-<i>. find_preset: where xmprun may not write its
+ * own cgroup, whether that tree is there for it in every hierarchy of the layout (made by root,
+ * its leaves' cgroup.procs given to this uid), and if so marks the layout preset. */
+#define XMP_CG_SLURM_DIR "xmprun"
+int xmp_cg_find_preset(struct xmp_cg_layout *layout, struct xmp_error *err);
+/* A preset child: its leaf must be one the plugin made. -1 (EDQUOT) with how many there are. */
+int xmp_cg_check_preset_leaf(const struct xmp_cgroup *cg, struct xmp_error *err);
 
 /* Shared by cgroup.c and cgroup_gc.c (the collector of what dead jobs left, which builds cgroup
  * objects of their directories to kill and remove). */

@@ -50,6 +50,15 @@ v1_values(const struct xmp_cgroup *cg, const struct xmp_limits *l, unsigned mask
     const struct xmp_cg_layout *lay = cg->layout;
     int i;
 
+    /* Slurm's spank_xmprun leaves outlive a job (several xmprun in one task): the memory limits
+     * an earlier job set go first, memsw before memory, which it must never be below. */
+    if (lay->preset && (i = hier_of(lay, XMP_CG_MEMORY)) >= 0 && (mask & (1u << i)) &&
+        ((lay->caps.memsw &&
+          xmp_cg_values_add_int(vals, i, "memory.memsw.limit_in_bytes", -1, err) < 0) ||
+         (l->memory < 0 && xmp_cg_values_add_int(vals, i, "memory.limit_in_bytes", -1, err) < 0) ||
+         (l->memory_high < 0 &&
+          xmp_cg_values_add_int(vals, i, "memory.soft_limit_in_bytes", -1, err) < 0)))
+        return -1;
     if (l->memory >= 0 || l->memory_high >= 0 || l->swap >= 0) {
         if ((i = need(lay, XMP_CG_MEMORY, "memory", "a memory limit", err)) < 0)
             return -1;
@@ -185,7 +194,7 @@ extend_job(struct xmp_cgroup *job, unsigned missing, struct xmp_error *err)
     xmp_limits_init(&none);
     if (v1_values(job, &none, missing, &vals, err) < 0 ||
         xmp_cg_lc_create(job, missing, &vals, err) < 0) {
-        for (size_t i = 0; i < job->layout->n; i++)
+        for (size_t i = 0; i < job->layout->n && !job->layout->preset; i++)
             if (missing & (1u << i))
                 rmdir(job->dir[i]);
         return -1;
@@ -197,7 +206,7 @@ extend_job(struct xmp_cgroup *job, unsigned missing, struct xmp_error *err)
 static void
 remove_created(struct xmp_cgroup *cg, unsigned mask)
 {
-    for (size_t i = 0; i < cg->layout->n; i++)
+    for (size_t i = 0; i < cg->layout->n && !cg->layout->preset; i++)
         if (mask & (1u << i))
             rmdir(cg->dir[i]);
 }
@@ -363,7 +372,7 @@ v1_create(struct xmp_cgroup *cg, const struct xmp_limits *limits, struct xmp_err
      * in hybrid mode the tracking tree has none of them, so it cannot create there: plain
      * mkdir, first, so that the job can learn from it what the kernel offers. */
     if (u >= 0) {
-        if (mkdir(cg->dir[u], 0755) < 0)
+        if (mkdir(cg->dir[u], 0755) < 0 && !(errno == EEXIST && lay->preset))
             return xmp_error_set(err, errno, "mkdir `%s`", cg->dir[u]);
         mask = 1u << u;
     }

@@ -4,7 +4,7 @@
 # is already present; run as root.
 set -eu
 pkgs="build-essential cmake pkg-config libyaml-dev libcgroup-dev libseccomp-dev libjansson-dev libdw-dev
-libsystemd-dev python3 scdoc"
+libsystemd-dev python3 scdoc libslurm-dev"
 if [ "${1:-}" = --tests ]; then
     pkgs="$pkgs libcriterion-dev python3-yaml python3-jsonschema python3-torch clang clang-format
 libclang-rt-14-dev man-db tmux mmdebstrap libpython3.11-testsuite"

@@ -30,6 +30,10 @@ cleanup() {
 trap cleanup EXIT
 
 export CRITERION_FAIL_FAST=1 # a mutant is killed by its first failing test
+# The Slurm tests find the shared cluster's setup beside the checkout, which the copy is not; a
+# mutant of the Slurm plugin needs one of the cluster's two modes (task/cgroup), not both.
+export XMP_SLURM_SETUP=${XMP_SLURM_SETUP:-$src/../shared/tools/slurm-setup.sh}
+export XMP_SPANK_MODES=${XMP_SPANK_MODES:-1}
 log() { printf '[mutation %s] %s\n' "$(date +%T)" "$*"; }
 
 # The copy: tracked and untracked-but-not-ignored files, as they are in the working tree.

@@ -15,11 +15,16 @@ xmp_enforce_no_cgroup(const struct xmp_plan *plan, const struct xmp_error *err)
     if (err->errnum == EROFS)
         return "the cgroup filesystem is mounted read-only (as in a default Docker or "
                "Kubernetes container)";
-    if ((err->errnum != EACCES && err->errnum != EPERM && err->errnum != ENODEV) || xmp_priv_root())
+    if ((err->errnum != EACCES && err->errnum != EPERM && err->errnum != ENODEV &&
+         err->errnum != EDQUOT) ||
+        xmp_priv_root())
         return NULL;
     if (!xmp_priv_initial_userns())
         return "uid 0 in a user namespace has no rights over the host's cgroups (rootless "
                "Podman, Apptainer's fakeroot)";
+    if (plan->slurm_step && err->errnum == EDQUOT)
+        return "the job has more workers than the cgroups Slurm's spank_xmprun plugin prepared "
+               "for the task (one per CPU, up to the plugin's max_workers)";
     if (plan->slurm_step)
         return "a Slurm step's cgroups belong to root";
     return "xmprun is not root and has no delegated cgroup";
@@ -136,6 +141,9 @@ xmp_enforce_predict(const struct xmp_plan *plan)
     writable = xmp_cgroup_detect(&mode, &err) == 0 && mode != XMP_CGROUP_MODE_NONE &&
                xmp_cgroup_observe(mode, &own, &err) == 0 &&
                xmp_cgroup_check_writable(own, &err) == 0;
+    if (writable && xmp_cgroup_from_slurm(own))
+        fprintf(stderr, "xmprun: note: cgroups from Slurm's spank_xmprun plugin (a cgroup per "
+                        "worker below the task's)\n");
     xmp_cgroup_abandon(own);
     /* Where the own cgroup may not be written on a systemd host, the run asks systemd for a
      * scope (never in a Slurm step, nor for a read-only cgroupfs). */
@@ -146,8 +154,7 @@ xmp_enforce_predict(const struct xmp_plan *plan)
     if (!writable)
         why = xmp_enforce_no_cgroup(plan, &err);
     if (writable || why == NULL) /* cgroups, or a refusal that names its reason at run time */
-        return xmp_enforce_json(plan, XMP_ENFORCE_CGROUPS,
-                                xmp_priv_admin() || mode == XMP_CGROUP_MODE_LEGACY, NULL, NULL, 0);
+        return xmp_enforce_json(plan, XMP_ENFORCE_CGROUPS, xmp_priv_admin(), NULL, NULL, 0);
     return xmp_enforce_json(
         plan, spec->cgroups == XMP_CGROUPS_AUTO ? XMP_ENFORCE_WATCHDOG : XMP_ENFORCE_NONE, false,
         why, NULL, 0);

@@ -58,7 +58,9 @@ xmp_sv_create_worker_cgroups(struct xmp_supervisor *sv, struct xmp_error *err)
         struct xmp_limits limits = w->pw->limits;
 
         limits.has_devices = limits.has_devices && !sv->no_device_filter;
-        snprintf(name, sizeof(name), "worker-%d", w->pw->rank);
+        /* Slurm's spank_xmprun plugin made one leaf per worker of this node: local ranks. */
+        snprintf(name, sizeof(name), "worker-%d",
+                 xmp_cgroup_from_slurm(sv->job_cg) ? w->pw->local_rank : w->pw->rank);
         if (xmp_cgroup_create_child(sv->job_cg, name, &limits, &w->cg, err) < 0) {
             xmp_file_explain_emfile(err);
             return xmp_error_wrap(err, "worker %d", w->pw->rank);
@@ -183,7 +185,8 @@ check_device_filter(struct xmp_supervisor *sv, struct xmp_error *err)
 
     for (size_t i = 0; i < sv->n_workers; i++)
         wanted |= sv->workers[i].pw->limits.has_devices;
-    if (!wanted || xmp_priv_admin() || sv->mode == XMP_CGROUP_MODE_LEGACY)
+    /* (the v1 devices controller, too, takes rules from CAP_SYS_ADMIN only) */
+    if (!wanted || xmp_priv_admin())
         return 0;
     if (sv->host.n_gpus + sv->host.n_tpus > 0 && sv->spec->devices_explicit)
         return xmp_error_set(err, EPERM,

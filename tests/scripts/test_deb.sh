@@ -41,6 +41,12 @@ for lib in libdw1 libsystemd0; do
     case "$recommends" in *"$lib"*) ;; *) fail "Recommends lacks $lib" ;; esac
 done
 
+# The Slurm plugin, where the build made it (it needs libslurm-dev's header).
+if [ -f "$build/spank_xmprun.so" ]; then
+    dpkg-deb -c "$deb" | grep ' \./usr/lib/xmprun/spank_xmprun\.so$' >/dev/null ||
+        fail "the .deb lacks usr/lib/xmprun/spank_xmprun.so"
+fi
+
 cp -a "$base" "$work/root" || cannot "cannot copy $base"
 cp "$deb" "$work/root/tmp/xmprun.deb"
 cp /etc/resolv.conf "$work/root/etc/resolv.conf" 2>/dev/null
