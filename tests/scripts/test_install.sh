@@ -13,7 +13,12 @@ DESTDIR=$stage cmake --install "$build" --prefix /usr >"$stage.log" 2>&1 || {
     cat "$stage.log"; rm -f "$stage.log"; echo "FAIL: cmake --install"; exit 1; }
 rm -f "$stage.log"
 libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")
-want=$(LC_ALL=C sort <<EOF
+# Slurm's plugin, built where Slurm's development header is (scripts/install-deps.sh installs it).
+spank=
+[ ! -f "$build/spank_xmprun.so" ] && [ ! -f "$build/slurm/spank_xmprun.so" ] ||
+    spank="usr/$libdir/xmprun/spank_xmprun.so"
+want=$(LC_ALL=C sort <<EOF | sed '/^$/d'
+$spank
 usr/bin/xmprun
 usr/include/xmprun.h
 usr/$libdir/libxmprun.so
