@@ -40,16 +40,8 @@ work=$(mktemp -d /tmp/xmprun-slurm-modes.XXXXXX)
 # Section 6 runs the jobs as the regular user who submits them: it must reach the binaries, the
 # host tree and the specs (o+x on the directories above them, as a user's install would allow).
 chmod 0755 "$work"
-user=xmprun-e2e
-id -u $user >/dev/null 2>&1 || useradd -M -U $user || skip "cannot create the user $user"
-uid=$(id -u $user) gid=$(id -g $user)
-for f in "$xmprun" "$probe"; do
-    d=$(dirname "$f")
-    while [ "$d" != / ]; do
-        [ -n "$(find "$d" -maxdepth 0 -perm -o+x)" ] || chmod o+x "$d"
-        d=$(dirname "$d")
-    done
-done
+. "$(dirname "$0")/regular_user.sh"
+regular_user "$xmprun" "$probe"
 status=0
 fail() {
     echo "FAIL (mode $mode): $*"
