@@ -3,7 +3,8 @@ exec mode. Run by /usr/bin/python3 as a job's command: zygote.py MODE [--key val
 
 share:   preload --preload MiB (a torch tensor with --torch, else a bytearray), counting each
          preload in --count FILE; every worker reads all of it, rank --alloc-rank allocates
-         --alloc MiB of private memory, rank --fail-rank exits 3 in restart --fail-restart
+         --alloc MiB of private memory (and holds it --hold seconds), rank --fail-rank exits 3
+         in restart --fail-restart
          (each result: rank, sum, fds open beyond stdio);
          spawn(gather=True) and print the results as JSON.
 serial:  every worker runs MpSerialExecutor.run(f) and writes when f started and ended to
@@ -74,6 +75,7 @@ if MODE == "share":
         if rank == opt("alloc-rank"):
             private = b"\x02" * (int(opt("alloc")) << 20)  # written, so charged to this worker
             total += len(private) - len(private)
+            time.sleep(float(opt("hold", 0)))
         if rank == opt("fail-rank") and os.environ["XMPRUN_RESTART_COUNT"] == opt("fail-restart"):
             sys.exit(3)
         # What the worker kept open beyond its stdio (listdir's own fd is the one expected):
