@@ -713,10 +713,11 @@ xmp_report_write_stacks(struct xmp_report *r, const char *report_path)
         struct xmp_worker_report *w = &r->workers[i];
         FILE *f;
         snprintf(path, sizeof(path), "%s/worker-%d.txt", dir, w->rank);
-        if (w->stacks == NULL) {
-            unlink(path);
+        /* A file of an earlier run is removed, not truncated: ext4 writes a file truncated and
+         * written again to disk at its close (auto_da_alloc), milliseconds each. */
+        unlink(path);
+        if (w->stacks == NULL)
             continue;
-        }
         if (!made && mkdir(dir, 0755) < 0 && errno != EEXIST)
             return;
         made = true;

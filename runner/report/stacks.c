@@ -1,9 +1,11 @@
-/* The stack capture: one thread per process, all under one deadline. Each lists the process's
- * threads (state, wchan, kernel stack from /proc), stops them (PTRACE_SEIZE + PTRACE_INTERRUPT:
- * no signal is sent, so nothing of the process's own changes), unwinds each with libdwfl, reads
- * the Python frames (stacks_python.c) and detaches. xmprun is the workers' parent (and root
- * where it isolates), so the kernel lets it attach. A thread in D state is not stopped (it
- * could not be before it wakes): its kernel stack and wchan say where it is. */
+/* The stack capture: a thread per CPU, each with its share of the processes, all under one
+ * deadline. Each lists its processes' threads (state, wchan, kernel stack from /proc), asks every
+ * one of them to stop (PTRACE_SEIZE + PTRACE_INTERRUPT: no signal is sent, so nothing of the
+ * process's own changes), reads their modules while they stop, then one process after the other
+ * reads the Python frames (stacks_python.c), unwinds with libdwfl (stacks_dw.c) and detaches.
+ * xmprun is the workers' parent (and root where it isolates), so the kernel lets it attach. A
+ * thread in D state is not stopped (it could not be before it wakes): its kernel stack and wchan
+ * say where it is. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -15,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +31,12 @@
 
 /* A capture thread's stack: libdwfl's unwinder and the Python reader use a few KiB of it. */
 #define CAPTURE_STACK_SIZE (512 * 1024)
+
+/* Most capture threads, whatever the CPUs: each keeps its own module files open. */
+#define MAX_CAPTURE_THREADS 8
+
+/* Most processes whose modules a capture thread reads while they stop, before it unwinds any. */
+#define REPORT_AHEAD 32
 
 int64_t
 xmp_stacks_now_ns(void)
@@ -127,165 +136,74 @@ list_threads(struct xmp_stack_proc *p)
     return 0;
 }
 
-/* Symbol names by module and offset, shared by every capture of the process: a job's workers
- * run the same binaries, and a name's lookup (libdwfl reads the module's symbol table anew for
- * each process it attaches to) was most of a capture's time. A module is told by its path and
- * its size; entries are never removed (a capture is once a run, `xmprun stacks` once a process). */
-#define SYM_CACHE_SIZE 4096 /* a power of two */
-
-struct sym_entry {
-    const char *module; /* the module's name: its path */
-    uint64_t size, rel; /* the module's size; the address's offset into it */
-    char *name;         /* NULL: no symbol there */
-    uint64_t off;       /* from the symbol's start */
+/* One process of a capture thread's share, and where its threads are in being stopped. */
+struct target {
+    struct xmp_stack_proc *p;
+    size_t index; /* in the pool */
+    bool *seized, *stopped;
+    size_t n_seized, n_settled; /* settled: stopped, or gone before it stopped */
+    Dwfl *dwfl;                 /* its modules, once read */
+    Dwfl_Callbacks callbacks;   /* dwfl's, until dwfl_end */
 };
 
-static struct sym_entry sym_cache[SYM_CACHE_SIZE];
-static size_t sym_used;
-static pthread_mutex_t sym_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static size_t
-sym_slot(const char *module, uint64_t size, uint64_t rel)
+/* Seizes the threads of t (not those in D state: they could not stop before they wake) and asks
+ * each to stop (PTRACE_INTERRUPT: no signal is sent, so nothing of the process's own changes). */
+static void
+start_stops(struct target *t)
 {
-    uint64_t h = 1469598103934665603ULL ^ size ^ (rel * 0x9e3779b97f4a7c15ULL);
-
-    for (const char *c = module; *c != '\0'; c++)
-        h = (h ^ (unsigned char)*c) * 1099511628211ULL;
-    for (size_t i = (size_t)h & (SYM_CACHE_SIZE - 1);; i = (i + 1) & (SYM_CACHE_SIZE - 1)) {
-        const struct sym_entry *e = &sym_cache[i];
-        if (e->module == NULL ||
-            (e->size == size && e->rel == rel && strcmp(e->module, module) == 0))
-            return i;
+    for (size_t i = 0; i < t->p->n_threads; i++) {
+        struct xmp_stack_thread *th = &t->p->threads[i];
+        if (th->state == 'Z' || th->state == 'X') {
+            snprintf(th->note, sizeof(th->note), "exited: no stack");
+            continue;
+        }
+        if (th->state == 'D') {
+            snprintf(th->note, sizeof(th->note), "in D state (uninterruptible): not stopped");
+            continue;
+        }
+        if (ptrace(PTRACE_SEIZE, th->tid, 0, 0) < 0) {
+            snprintf(th->note, sizeof(th->note), "ptrace seize: %s", strerror(errno));
+            continue;
+        }
+        t->seized[i] = true;
+        t->n_seized++;
+        ptrace(PTRACE_INTERRUPT, th->tid, 0, 0);
     }
 }
 
-/* The symbol at adj in mod: its name (NULL if none; the cache's, never freed) and *off from its
- * start. */
-static const char *
-sym_lookup(Dwfl_Module *mod, Dwarf_Addr adj, GElf_Off *off)
+/* Waits, until the deadline, for every seized thread of the n targets to stop (stopped[i]) or
+ * to be gone. WSTOPPED without WEXITED: never reap a worker (its exit is the supervisor's). A
+ * thread that is exiting (a zombie, or dead) never stops: it is not waited for. */
+static void
+wait_stops(struct target *targets, size_t n, int64_t deadline_ns)
 {
-    Dwarf_Addr start = 0, end = 0;
-    const char *module = dwfl_module_info(mod, NULL, &start, &end, NULL, NULL, NULL, NULL);
-    const char *name;
-    GElf_Sym sym;
-    size_t i;
-
-    if (module == NULL)
-        return dwfl_module_addrinfo(mod, adj, off, &sym, NULL, NULL, NULL);
-    pthread_mutex_lock(&sym_lock);
-    i = sym_slot(module, end - start, adj - start);
-    if (sym_cache[i].module != NULL) {
-        *off = sym_cache[i].off;
-        name = sym_cache[i].name;
-        pthread_mutex_unlock(&sym_lock);
-        return name;
-    }
-    pthread_mutex_unlock(&sym_lock);
-    name = dwfl_module_addrinfo(mod, adj, off, &sym, NULL, NULL, NULL);
-    pthread_mutex_lock(&sym_lock);
-    i = sym_slot(module, end - start, adj - start);
-    /* Kept at most three quarters full, so that a miss ends at an empty slot. */
-    if (sym_cache[i].module == NULL && sym_used < SYM_CACHE_SIZE * 3 / 4) {
-        char *m = strdup(module), *n = name != NULL ? strdup(name) : NULL;
-        if (m != NULL && (name == NULL || n != NULL)) {
-            sym_cache[i] = (struct sym_entry){m, end - start, adj - start, n, *off};
-            sym_used++;
-            name = n;
-        } else {
-            free(m);
-            free(n);
-        }
-    }
-    pthread_mutex_unlock(&sym_lock);
-    return name;
-}
-
-struct native_walk {
-    Dwfl *dwfl;
-    struct xmp_stack_thread *t;
-    int64_t deadline_ns;
-};
-
-static int
-on_frame(Dwfl_Frame *state, void *arg)
-{
-    struct native_walk *nw = arg;
-    struct xmp_stack_thread *t = nw->t;
-    struct xmp_stack_frame *f;
-    Dwarf_Addr pc, adj;
-    bool activation;
-    Dwfl_Module *mod;
-    GElf_Off off = 0;
-    const char *name = NULL, *file = NULL;
-    Dwarf_Addr start = 0;
-
-    if (t->n_native >= XMP_STACKS_MAX_FRAMES || xmp_stacks_now_ns() > nw->deadline_ns)
-        return DWARF_CB_ABORT;
-    if (!dwfl_frame_pc(state, &pc, &activation))
-        return DWARF_CB_ABORT;
-    /* A return address points after the call: look up the call itself. */
-    adj = pc - (activation ? 0 : 1);
-    mod = dwfl_addrmodule(nw->dwfl, adj);
-    if (mod != NULL) {
-        name = sym_lookup(mod, adj, &off);
-        file = dwfl_module_info(mod, NULL, &start, NULL, NULL, NULL, NULL, NULL);
-    }
-    f = &t->native[t->n_native++];
-    f->function = name != NULL ? strdup(name) : NULL;
-    f->file = file != NULL ? strdup(file) : NULL;
-    f->offset = name != NULL ? off + (activation ? 0 : 1) : pc - start;
-    return DWARF_CB_OK;
-}
-
-/* Stops the threads (not those in D state), waiting for each until the deadline; stopped[i]
- * says which did. Returns how many were seized (each must be detached). */
-static size_t
-stop_threads(struct xmp_stack_proc *p, bool *seized, bool *stopped, int64_t deadline_ns)
-{
-    size_t n_seized = 0, n_stopped = 0, n_gone = 0;
-
-    for (size_t i = 0; i < p->n_threads; i++) {
-        struct xmp_stack_thread *t = &p->threads[i];
-        if (t->state == 'Z' || t->state == 'X') {
-            snprintf(t->note, sizeof(t->note), "exited: no stack");
-            continue;
-        }
-        if (t->state == 'D') {
-            snprintf(t->note, sizeof(t->note), "in D state (uninterruptible): not stopped");
-            continue;
-        }
-        if (ptrace(PTRACE_SEIZE, t->tid, 0, 0) < 0) {
-            snprintf(t->note, sizeof(t->note), "ptrace seize: %s", strerror(errno));
-            continue;
-        }
-        seized[i] = true;
-        n_seized++;
-        ptrace(PTRACE_INTERRUPT, t->tid, 0, 0);
-    }
-    /* WSTOPPED without WEXITED: never reap the worker itself (its exit is the supervisor's). A
-     * thread that is exiting (a zombie, or dead) never stops: it is not waited for. */
-    while (n_stopped + n_gone < n_seized && xmp_stacks_now_ns() < deadline_ns) {
-        for (size_t i = 0; i < p->n_threads; i++) {
-            struct xmp_stack_thread *t = &p->threads[i];
-            siginfo_t si = {0};
-            if (!seized[i] || stopped[i] || t->state == 'Z' || t->state == 'X')
-                continue;
-            if (waitid(P_PID, (id_t)t->tid, &si, WSTOPPED | WNOHANG | __WALL) == 0 &&
-                si.si_pid != 0) {
-                stopped[i] = true;
-                n_stopped++;
-                continue;
+    for (;;) {
+        bool pending = false;
+        for (size_t k = 0; k < n; k++) {
+            struct target *t = &targets[k];
+            for (size_t i = 0; t->n_settled < t->n_seized && i < t->p->n_threads; i++) {
+                struct xmp_stack_thread *th = &t->p->threads[i];
+                siginfo_t si = {0};
+                if (!t->seized[i] || t->stopped[i] || th->state == 'Z' || th->state == 'X')
+                    continue;
+                if (waitid(P_PID, (id_t)th->tid, &si, WSTOPPED | WNOHANG | __WALL) == 0 &&
+                    si.si_pid != 0) {
+                    t->stopped[i] = true;
+                    t->n_settled++;
+                    continue;
+                }
+                read_thread_stat(t->p->pid, th);
+                if (th->state == 'Z' || th->state == 'X') {
+                    snprintf(th->note, sizeof(th->note), "exited before it stopped");
+                    t->n_settled++;
+                }
             }
-            read_thread_stat(p->pid, t);
-            if (t->state == 'Z' || t->state == 'X') {
-                snprintf(t->note, sizeof(t->note), "exited before it stopped");
-                n_gone++;
-            }
+            pending = pending || t->n_settled < t->n_seized;
         }
-        if (n_stopped + n_gone < n_seized)
-            usleep(500);
+        if (!pending || xmp_stacks_now_ns() >= deadline_ns)
+            return;
+        usleep(100);
     }
-    return n_seized;
 }
 
 /* Detaches every thread that stopped. One that was seized but had not stopped yet is let go by
@@ -311,15 +229,10 @@ read_proc_comm(struct xmp_stack_proc *p)
     }
 }
 
+/* Before any is stopped: the process's name, its threads, their state and kernel stacks. */
 static void
-capture_one(struct xmp_stack_proc *p, int64_t deadline_ns)
+read_proc(struct xmp_stack_proc *p)
 {
-    Dwfl_Callbacks callbacks = {0}; /* dwfl's, until dwfl_end */
-    Dwfl *dwfl = NULL;
-    bool *seized = NULL, *stopped = NULL;
-    size_t n_seized = 0;
-
-    read_proc_comm(p);
     if (list_threads(p) < 0) {
         snprintf(p->error, sizeof(p->error), "list the threads: %s", strerror(errno));
         return;
@@ -332,173 +245,234 @@ capture_one(struct xmp_stack_proc *p, int64_t deadline_ns)
                      "here (the rest is read)");
         p->threads[i].native = calloc(XMP_STACKS_MAX_FRAMES, sizeof(struct xmp_stack_frame));
     }
-    seized = calloc(p->n_threads, sizeof(bool));
-    stopped = calloc(p->n_threads, sizeof(bool));
-    /* libdw is loaded (once: milliseconds, seconds from a cold disk under load) before the
-     * worker is stopped, not while it waits. */
-    if (seized == NULL || stopped == NULL || !xmp_stacks_dw_load(p->error, sizeof(p->error)))
-        goto out;
-    n_seized = stop_threads(p, seized, stopped, deadline_ns);
-    if (n_seized == 0) {
-        snprintf(p->error, sizeof(p->error), "no thread could be stopped to read its stack");
-        goto out;
-    }
-    /* libdw's, loaded now. Separate debug info by build id on this machine only
-     * (/usr/lib/debug/.build-id, where -dbgsym packages put it): the standard lookup falls back
-     * to debuginfod, which loads libcurl and its TLS stack into xmprun (about 30 libraries, twice
-     * a capture's time) even with no server set, and would download within a 1 s budget. */
-    callbacks.find_elf = dwfl_linux_proc_find_elf;
-    callbacks.find_debuginfo = dwfl_build_id_find_debuginfo;
-    dwfl = dwfl_begin(&callbacks);
-    if (dwfl == NULL || dwfl_linux_proc_report(dwfl, p->pid) != 0 ||
-        dwfl_report_end(dwfl, NULL, NULL) != 0 || dwfl_linux_proc_attach(dwfl, p->pid, true) != 0) {
-        snprintf(p->error, sizeof(p->error), "read the modules: %s", dwfl_errmsg(-1));
-        goto out;
-    }
-    /* The Python frames first: they say most, and cost little next to unwinding (which reads
-     * each module's call frame information) when the budget is tight (a slow machine). */
-    xmp_stacks_python(dwfl, p, deadline_ns);
-    for (size_t i = 0; i < p->n_threads; i++) {
-        struct native_walk nw = {dwfl, &p->threads[i], deadline_ns};
-        if (!stopped[i]) {
-            if (seized[i])
-                snprintf(p->threads[i].note, sizeof(p->threads[i].note),
-                         "did not stop within the budget");
-            continue;
-        }
-        if (xmp_stacks_now_ns() > deadline_ns) {
-            p->truncated = true;
-            break;
-        }
-        if (p->threads[i].native != NULL &&
-            dwfl_getthread_frames(dwfl, p->threads[i].tid, on_frame, &nw) != 0 &&
-            p->threads[i].n_native == 0)
-            snprintf(p->threads[i].note, sizeof(p->threads[i].note), "unwind: %s", dwfl_errmsg(-1));
-    }
-    if (xmp_stacks_now_ns() > deadline_ns)
-        p->truncated = true;
-out:
-    if (seized != NULL && stopped != NULL && n_seized > 0)
-        detach_threads(p, stopped);
-    if (dwfl != NULL)
-        dwfl_end(dwfl);
-    free(seized);
-    free(stopped);
+    /* The process's name is its main thread's (list_threads puts it first). */
+    if (p->n_threads > 0 && p->threads[0].tid == p->pid)
+        snprintf(p->comm, sizeof(p->comm), "%s", p->threads[0].name);
+    else
+        read_proc_comm(p);
 }
 
-/* One capture thread's job. The caller gives up on it at the deadline (abandoned); whichever
- * of the two is last frees it. */
-struct job {
-    struct xmp_stack_proc proc;
+/* The processes of one capture, read by a few threads (one per CPU xmprun may use). The caller
+ * gives up on it at the deadline; whoever of the caller and the threads is last frees it. */
+struct pool {
+    struct xmp_stack_proc *procs;
+    bool *done; /* procs[i] is the caller's to take */
+    size_t n, n_done;
+    size_t refs; /* the caller and each thread still running */
     int64_t deadline_ns;
-    bool done;
-    bool abandoned;
-    pthread_mutex_t *lock;
-    pthread_cond_t *cond;
-    size_t *n_done;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
 };
 
-static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+struct pool_part {
+    struct pool *pool;
+    size_t first, stride; /* procs first, first + stride, ... */
+};
 
-static void *
-run_job(void *arg)
+static void
+pool_unref(struct pool *pool)
 {
-    struct job *j = arg;
-    bool abandoned;
+    bool last;
 
-    capture_one(&j->proc, j->deadline_ns);
-    pthread_mutex_lock(j->lock);
-    j->done = true;
-    abandoned = j->abandoned;
-    if (!abandoned) {
-        (*j->n_done)++;
-        pthread_cond_broadcast(j->cond);
+    pthread_mutex_lock(&pool->lock);
+    last = --pool->refs == 0;
+    pthread_mutex_unlock(&pool->lock);
+    if (!last)
+        return;
+    for (size_t i = 0; i < pool->n; i++)
+        xmp_stack_proc_free(&pool->procs[i]);
+    free(pool->procs);
+    free(pool->done);
+    pthread_cond_destroy(&pool->cond);
+    pthread_mutex_destroy(&pool->lock);
+    free(pool);
+}
+
+static void
+pool_done(struct pool *pool, size_t i)
+{
+    pthread_mutex_lock(&pool->lock);
+    pool->done[i] = true;
+    /* The caller waits for them all: woken once, not at each (it would take a CPU from the
+     * capture threads every time). */
+    if (++pool->n_done == pool->n)
+        pthread_cond_broadcast(&pool->cond);
+    pthread_mutex_unlock(&pool->lock);
+}
+
+/* A capture thread: reads its processes' threads from /proc, stops all of them, then unwinds
+ * and lets go of one process after the other: the stops are waited for together. */
+static void *
+run_part(void *arg)
+{
+    struct pool_part part = *(struct pool_part *)arg;
+    struct pool *pool = part.pool;
+    struct target *targets;
+    size_t n = 0;
+    char err[256] = "";
+    bool dw;
+
+    free(arg);
+    targets = calloc((pool->n + part.stride - 1) / part.stride, sizeof(*targets));
+    for (size_t i = part.first; i < pool->n; i += part.stride) {
+        if (targets != NULL) {
+            targets[n++] = (struct target){.p = &pool->procs[i], .index = i};
+            continue;
+        }
+        snprintf(pool->procs[i].error, sizeof(pool->procs[i].error), "%s", strerror(ENOMEM));
+        pool_done(pool, i);
     }
-    pthread_mutex_unlock(j->lock);
-    if (abandoned) {
-        xmp_stack_proc_free(&j->proc);
-        free(j);
+    /* libdw is loaded (once: milliseconds, seconds from a cold disk under load) before the
+     * workers are stopped, not while they wait. */
+    dw = targets != NULL && xmp_stacks_dw_load(err, sizeof(err));
+    for (size_t k = 0; k < n; k++) {
+        struct target *t = &targets[k];
+        read_proc(t->p);
+        if (!dw && t->p->error[0] == '\0')
+            snprintf(t->p->error, sizeof(t->p->error), "%s", err);
+        if (!dw || t->p->n_threads == 0)
+            continue;
+        t->seized = calloc(t->p->n_threads, sizeof(bool));
+        t->stopped = calloc(t->p->n_threads, sizeof(bool));
+        if (t->seized != NULL && t->stopped != NULL)
+            start_stops(t);
+        if (t->n_seized == 0 && t->p->error[0] == '\0')
+            snprintf(t->p->error, sizeof(t->p->error),
+                     "no thread could be stopped to read its stack");
     }
+    xmp_stacks_dw_thread_begin();
+    /* While they stop: the first ones' modules (each session holds two descriptors). */
+    for (size_t k = 0; k < n && k < REPORT_AHEAD; k++)
+        if (targets[k].n_seized > 0)
+            targets[k].dwfl = xmp_stacks_dw_report(targets[k].p, &targets[k].callbacks);
+    wait_stops(targets, n, pool->deadline_ns);
+    for (size_t k = 0; k < n; k++) {
+        struct target *t = &targets[k];
+        if (k >= REPORT_AHEAD && t->n_seized > 0)
+            t->dwfl = xmp_stacks_dw_report(t->p, &t->callbacks);
+        if (t->dwfl != NULL) {
+            xmp_stacks_dw_unwind(t->dwfl, t->p, t->seized, t->stopped, pool->deadline_ns);
+            dwfl_end(t->dwfl);
+        }
+        if (t->n_seized > 0)
+            detach_threads(t->p, t->stopped);
+        free(t->seized);
+        free(t->stopped);
+        pool_done(pool, t->index);
+    }
+    xmp_stacks_dw_thread_end();
+    free(targets);
+    pool_unref(pool);
     return NULL;
+}
+
+/* CPUs this thread may run on: capture threads beyond them would only take turns. */
+static size_t
+cpus_usable(void)
+{
+    cpu_set_t set;
+
+    if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) < 1)
+        return 1;
+    return (size_t)CPU_COUNT(&set);
 }
 
 int
 xmp_stacks_capture(const pid_t *pids, size_t n, long budget_ms, struct xmp_stacks *out)
 {
-    pthread_cond_t cond;
     pthread_condattr_t cattr;
-    struct job **jobs;
-    size_t n_done = 0, n_started = 0;
+    struct pool *pool;
+    size_t n_threads = n < cpus_usable() ? n : cpus_usable();
     int64_t start = xmp_stacks_now_ns();
     /* The threads stop their work at the deadline; the wait allows them a little beyond. */
-    int64_t deadline = start + (int64_t)(budget_ms > 100 ? budget_ms - 50 : budget_ms) * 1000000;
     int64_t give_up = start + (int64_t)budget_ms * 1000000;
-    struct timespec until;
+    struct timespec until = {give_up / 1000000000, give_up % 1000000000};
 
+    if (n_threads > MAX_CAPTURE_THREADS)
+        n_threads = MAX_CAPTURE_THREADS;
     out->procs = calloc(n > 0 ? n : 1, sizeof(*out->procs));
-    jobs = calloc(n > 0 ? n : 1, sizeof(*jobs));
-    if (out->procs == NULL || jobs == NULL) {
+    pool = calloc(1, sizeof(*pool));
+    if (pool != NULL) {
+        pool->procs = calloc(n > 0 ? n : 1, sizeof(*pool->procs));
+        pool->done = calloc(n > 0 ? n : 1, sizeof(*pool->done));
+    }
+    if (out->procs == NULL || pool == NULL || pool->procs == NULL || pool->done == NULL) {
         free(out->procs);
-        free(jobs);
         out->procs = NULL;
+        if (pool != NULL) {
+            free(pool->procs);
+            free(pool->done);
+        }
+        free(pool);
         errno = ENOMEM;
         return -1;
     }
     out->n = n;
+    pool->n = n;
+    pool->refs = 1;
+    pool->deadline_ns = start + (int64_t)(budget_ms > 100 ? budget_ms - 50 : budget_ms) * 1000000;
+    for (size_t i = 0; i < n; i++)
+        pool->procs[i].pid = out->procs[i].pid = pids[i];
+    pthread_mutex_init(&pool->lock, NULL);
     pthread_condattr_init(&cattr);
     pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
-    pthread_cond_init(&cond, &cattr);
+    pthread_cond_init(&pool->cond, &cattr);
     pthread_condattr_destroy(&cattr);
-    for (size_t i = 0; i < n; i++) {
-        pthread_t th;
+    for (size_t k = 0; k < n_threads; k++) {
+        struct pool_part *part = malloc(sizeof(*part));
         pthread_attr_t attr;
-        out->procs[i].pid = pids[i];
-        jobs[i] = calloc(1, sizeof(**jobs));
-        if (jobs[i] == NULL)
-            continue;
-        *jobs[i] = (struct job){.proc = {.pid = pids[i]},
-                                .deadline_ns = deadline,
-                                .lock = &shared_lock,
-                                .cond = &cond,
-                                .n_done = &n_done};
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        /* Not the default 8 MiB: glibc keeps 40 MiB of stacks for reuse and unmaps the rest as
-         * the threads end, each unmap a TLB shootdown on every CPU xmprun runs on. */
-        pthread_attr_setstacksize(&attr, CAPTURE_STACK_SIZE);
-        if (pthread_create(&th, &attr, run_job, jobs[i]) != 0) {
-            free(jobs[i]);
-            jobs[i] = NULL;
-        } else {
-            n_started++;
+        pthread_t th;
+        int rc = ENOMEM;
+
+        if (part != NULL) {
+            *part = (struct pool_part){pool, k, n_threads};
+            pthread_attr_init(&attr);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            /* Not the default 8 MiB: glibc keeps 40 MiB of stacks for reuse and unmaps the
+             * rest as the threads end, each unmap a TLB shootdown on every CPU xmprun runs on. */
+            pthread_attr_setstacksize(&attr, CAPTURE_STACK_SIZE);
+            pthread_mutex_lock(&pool->lock);
+            pool->refs++;
+            pthread_mutex_unlock(&pool->lock);
+            rc = pthread_create(&th, &attr, run_part, part);
+            pthread_attr_destroy(&attr);
         }
-        pthread_attr_destroy(&attr);
+        if (rc == 0)
+            continue;
+        free(part);
+        pthread_mutex_lock(&pool->lock);
+        if (part != NULL)
+            pool->refs--;
+        for (size_t i = k; i < n; i += n_threads) {
+            snprintf(pool->procs[i].error, sizeof(pool->procs[i].error),
+                     "could not start its capture: %s", strerror(rc));
+            pool->done[i] = true;
+            pool->n_done++;
+        }
+        pthread_mutex_unlock(&pool->lock);
     }
-    until.tv_sec = give_up / 1000000000;
-    until.tv_nsec = give_up % 1000000000;
-    pthread_mutex_lock(&shared_lock);
-    while (n_done < n_started && pthread_cond_timedwait(&cond, &shared_lock, &until) != ETIMEDOUT)
+    pthread_mutex_lock(&pool->lock);
+    while (pool->n_done < n &&
+           pthread_cond_timedwait(&pool->cond, &pool->lock, &until) != ETIMEDOUT)
         ;
     for (size_t i = 0; i < n; i++) {
         struct xmp_stack_proc *p = &out->procs[i];
-        if (jobs[i] == NULL) {
-            snprintf(p->error, sizeof(p->error), "could not start its capture");
-        } else if (jobs[i]->done) {
-            *p = jobs[i]->proc;
-            free(jobs[i]);
+        if (pool->done[i]) {
+            *p = pool->procs[i];
+            memset(&pool->procs[i], 0, sizeof(pool->procs[i]));
         } else {
-            /* Its thread frees it when it ends. */
-            jobs[i]->abandoned = true;
+            /* Its thread frees what it read when the last of them ends. */
             read_proc_comm(p);
             p->truncated = true;
             snprintf(p->error, sizeof(p->error), "not read within the %ld ms budget", budget_ms);
         }
     }
-    pthread_mutex_unlock(&shared_lock);
-    /* An abandoned job still signals cond under the lock, never after it is destroyed: it
-     * only broadcasts when not abandoned. */
-    pthread_cond_destroy(&cond);
-    free(jobs);
+    /* A thread still running marks no more of the caller's: a process it finishes now stays in
+     * the pool, freed with it. */
+    for (size_t i = 0; i < n; i++)
+        pool->done[i] = true;
+    pthread_mutex_unlock(&pool->lock);
+    pool_unref(pool);
     for (size_t i = 0; i < n; i++)
         if (out->procs[i].error[0] == '\0' && out->procs[i].n_threads == 0)
             snprintf(out->procs[i].error, sizeof(out->procs[i].error), "no thread found");

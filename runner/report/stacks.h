@@ -70,6 +70,11 @@ struct xmp_stacks {
  * reported with an error. Returns 0, or -1 with errno (ENOMEM) and nothing captured. */
 int xmp_stacks_capture(const pid_t *pids, size_t n, long budget_ms, struct xmp_stacks *out);
 
+/* A thread's function that loads what a capture needs (libdw and what it links, a millisecond
+ * or two) ahead of the first, which then stops no process while it is loaded: for a job that
+ * takes stacks before every stop. arg is unused; returns NULL. */
+void *xmp_stacks_preload(void *arg);
+
 /* Moves procs[i] out of s (the caller frees it with xmp_stack_proc_free and free). */
 struct xmp_stack_proc *xmp_stacks_take(struct xmp_stacks *s, size_t i);
 

@@ -24,12 +24,14 @@
     X(dwfl_getthread_frames)                                                                       \
     X(dwfl_linux_proc_attach)                                                                      \
     X(dwfl_linux_proc_find_elf)                                                                    \
-    X(dwfl_linux_proc_report)                                                                      \
     X(dwfl_module_addrinfo)                                                                        \
     X(dwfl_module_getsym_info)                                                                     \
     X(dwfl_module_getsymtab)                                                                       \
     X(dwfl_module_info)                                                                            \
-    X(dwfl_report_end)
+    X(dwfl_report_end)                                                                             \
+    X(dwfl_report_module)                                                                          \
+    X(elf_begin)                                                                                   \
+    X(elf_end)
 #define XMP_DW_DECLARE(f) extern __typeof__(f) *xmp_dw_##f;
 XMP_DW_FUNCS(XMP_DW_DECLARE)
 #define dwfl_addrmodule              xmp_dw_dwfl_addrmodule
@@ -42,15 +44,33 @@ XMP_DW_FUNCS(XMP_DW_DECLARE)
 #define dwfl_getthread_frames        xmp_dw_dwfl_getthread_frames
 #define dwfl_linux_proc_attach       xmp_dw_dwfl_linux_proc_attach
 #define dwfl_linux_proc_find_elf     xmp_dw_dwfl_linux_proc_find_elf
-#define dwfl_linux_proc_report       xmp_dw_dwfl_linux_proc_report
 #define dwfl_module_addrinfo         xmp_dw_dwfl_module_addrinfo
 #define dwfl_module_getsym_info      xmp_dw_dwfl_module_getsym_info
 #define dwfl_module_getsymtab        xmp_dw_dwfl_module_getsymtab
 #define dwfl_module_info             xmp_dw_dwfl_module_info
 #define dwfl_report_end              xmp_dw_dwfl_report_end
+#define dwfl_report_module           xmp_dw_dwfl_report_module
+#define elf_begin                    xmp_dw_elf_begin
+#define elf_end                      xmp_dw_elf_end
 
 /* Loads libdw once (any thread); false, with why in err, when it cannot be. */
 bool xmp_stacks_dw_load(char *err, size_t size);
+
+/* A capture thread's module files: kept open from begin to end for every process it reads (a
+ * job's workers map the same few), in the thread's own cache (libelf's descriptors are not shared
+ * between threads). */
+void xmp_stacks_dw_thread_begin(void);
+void xmp_stacks_dw_thread_end(void);
+
+/* p's modules (its /proc maps and their files), read into a libdwfl session that callbacks
+ * (the caller's, until dwfl_end) serve: none of it needs p stopped. NULL, with why in p->error,
+ * when they cannot be read. */
+Dwfl *xmp_stacks_dw_report(struct xmp_stack_proc *p, Dwfl_Callbacks *callbacks);
+
+/* Once every thread of p that could be is stopped (stopped[i]; seized[i]: asked to): the Python
+ * frames, then the native ones, until deadline_ns. */
+void xmp_stacks_dw_unwind(Dwfl *dwfl, struct xmp_stack_proc *p, const bool *seized,
+                          const bool *stopped, int64_t deadline_ns);
 
 /* Most frames kept per thread and stack. */
 #define XMP_STACKS_MAX_FRAMES 64

@@ -22,6 +22,7 @@
 #endif
 #include "runner/report/stacks_internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -315,11 +316,56 @@ struct sym_find {
     uint64_t version;
 };
 
+/* Where an interpreter module holds _PyRuntime and Py_Version, by the module's path and size,
+ * found once per capture of many workers rather than by a walk of its symbol table (thousands of
+ * symbols) in each: a job's workers run the same interpreter. Offsets from the module's start;
+ * 0: not there. */
+#define PY_MODULES_CACHED 16
+
+struct py_module {
+    char *path;
+    uint64_t size;
+    uint64_t runtime, version;
+};
+
+static struct py_module py_modules[PY_MODULES_CACHED];
+static size_t py_modules_used;
+static pthread_mutex_t py_modules_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool
+py_module_cached(const char *path, uint64_t size, struct py_module *out)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&py_modules_lock);
+    for (size_t i = 0; i < py_modules_used && !found; i++)
+        if (py_modules[i].size == size && strcmp(py_modules[i].path, path) == 0) {
+            *out = py_modules[i];
+            found = true;
+        }
+    pthread_mutex_unlock(&py_modules_lock);
+    return found;
+}
+
+static void
+py_module_keep(const char *path, uint64_t size, uint64_t runtime, uint64_t version)
+{
+    char *copy;
+
+    pthread_mutex_lock(&py_modules_lock);
+    if (py_modules_used < PY_MODULES_CACHED && (copy = strdup(path)) != NULL)
+        py_modules[py_modules_used++] = (struct py_module){copy, size, runtime, version};
+    pthread_mutex_unlock(&py_modules_lock);
+}
+
 static int
 find_python_syms(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr start, void *arg)
 {
     struct sym_find *sf = arg;
     const char *base = strrchr(name, '/');
+    struct py_module known;
+    Dwarf_Addr low = 0, high = 0;
+    uint64_t runtime = 0, version = 0;
     int n;
 
     (void)userdata;
@@ -328,18 +374,29 @@ find_python_syms(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr
     /* The interpreter (python3.11) or its library (libpython3.12.so.1.0) only. */
     if (strncmp(base, "python", 6) != 0 && strncmp(base, "libpython", 9) != 0)
         return DWARF_CB_OK;
-    n = dwfl_module_getsymtab(mod);
-    for (int i = 1; i < n && (sf->runtime == 0 || sf->version == 0); i++) {
-        GElf_Sym sym;
-        GElf_Addr addr;
-        const char *s = dwfl_module_getsym_info(mod, i, &sym, &addr, NULL, NULL, NULL);
-        if (s == NULL || GELF_ST_TYPE(sym.st_info) != STT_OBJECT || sym.st_shndx == SHN_UNDEF)
-            continue;
-        if (strcmp(s, "_PyRuntime") == 0)
-            sf->runtime = addr;
-        else if (strcmp(s, "Py_Version") == 0)
-            sf->version = addr;
+    dwfl_module_info(mod, NULL, &low, &high, NULL, NULL, NULL, NULL);
+    if (py_module_cached(name, high - low, &known)) {
+        runtime = known.runtime;
+        version = known.version;
+    } else {
+        n = dwfl_module_getsymtab(mod);
+        for (int i = 1; i < n && (runtime == 0 || version == 0); i++) {
+            GElf_Sym sym;
+            GElf_Addr addr;
+            const char *s = dwfl_module_getsym_info(mod, i, &sym, &addr, NULL, NULL, NULL);
+            if (s == NULL || GELF_ST_TYPE(sym.st_info) != STT_OBJECT || sym.st_shndx == SHN_UNDEF)
+                continue;
+            if (strcmp(s, "_PyRuntime") == 0)
+                runtime = addr - low;
+            else if (strcmp(s, "Py_Version") == 0)
+                version = addr - low;
+        }
+        py_module_keep(name, high - low, runtime, version);
     }
+    if (runtime != 0 && sf->runtime == 0)
+        sf->runtime = low + runtime;
+    if (version != 0 && sf->version == 0)
+        sf->version = low + version;
     return sf->runtime != 0 && sf->version != 0 ? DWARF_CB_ABORT : DWARF_CB_OK;
 }
 

@@ -7,6 +7,8 @@
 #include "runner/run/group_internal.h"
 #include "runner/run/zygote.h"
 
+#include "runner/report/stacks.h"
+
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
 #include "runner/run/spawn.h"
@@ -303,6 +305,9 @@ left_behind(const struct xmp_supervisor *sv, pid_t pid)
 
 /* How long the end of a run waits for the orphans it killed to be reaped. */
 #define ORPHANS_WAIT_MS 2000
+
+/* The stacks' preload: the dynamic loader's work, a few KiB of stack. */
+#define PRELOAD_STACK (256 * 1024)
 
 /* Kills and reaps every remaining child of xmprun: as a subreaper it inherits the grandchildren
  * whose parents exited, including those that left their process group with setsid(). Waits
@@ -618,6 +623,10 @@ xmp_group_run(struct xmp_supervisor *sv)
     xmp_grp_kmsg_open(sv);
     xmp_grp_gpumem_open(sv);
     xmp_grp_memwatch_open(sv);
+    /* On another CPU while the job runs, not on the way of the first stop; where there is no
+     * other CPU the first capture loads it. */
+    if (sv->spec->stacks == XMP_STACKS_ALWAYS)
+        xmp_thread_start(&sv->stacks_preload, xmp_stacks_preload, NULL, PRELOAD_STACK);
     for (size_t i = 0; i < sv->n_workers; i++)
         if (!sv->workers[i].running && xmp_worker_failed(sv->workers[i].rep))
             xmp_grp_on_worker_failure(sv);
@@ -630,6 +639,7 @@ xmp_group_run(struct xmp_supervisor *sv)
     xmp_status_erase(&sv->status);
     xmp_grp_gpumem_close(sv);
     xmp_grp_memwatch_close(sv);
+    xmp_thread_join(&sv->stacks_preload);
 
     /* Whatever a worker left behind in its process group is part of the job and ends with it;
      * the cgroups catch the rest when they are destroyed. */

@@ -5,6 +5,7 @@
 #define XMP_SUPERVISOR_H
 
 #include "isolate/cgroup.h"
+#include "isolate/thread.h"
 #include "runner/plan/enforce.h"
 #include "runner/plan/host.h"
 #include "runner/plan/isolation.h"
@@ -157,6 +158,9 @@ struct xmp_supervisor {
     struct xmp_cgroup *own_cg;
     char no_cgroup_why[256]; /* why no cgroup could be written here, in words */
     struct xmp_nvml *nvml;   /* loaded at the first sample, kept to the end; NULL */
+    /* on_failure.stacks: always loads what the stacks need once the workers run, joined when
+     * they have ended (group.c). */
+    struct xmp_thread stacks_preload;
     bool nvml_tried;
     int timerfd;
     int stdin_fd; /* /dev/null when xmprun's stdin is a terminal, else -1 (inherit) */
