@@ -7,6 +7,7 @@
 
 #include "isolate/cleanup.h"
 #include "isolate/file.h"
+#include "isolate/privilege.h"
 #include "runner/report/report.h"
 
 #include <dirent.h>
@@ -41,7 +42,9 @@ xmp_state_dir(char *const *envp, char *buf, size_t size)
 
     if (dir != NULL)
         return dir;
-    if (geteuid() == 0)
+    /* Root of the host's user namespace only: uid 0 in another (rootless Podman, Apptainer's
+     * fakeroot, unshare --map-root-user) may find the host's /run/xmprun, which is not its own. */
+    if (geteuid() == 0 && xmp_priv_initial_userns())
         return "/run/xmprun";
     /* A user cannot write /run/xmprun: their own runtime directory (systemd's per-user tmpfs,
      * removed at logout, which is what state files should outlive no longer), if it is theirs;
@@ -60,7 +63,7 @@ static int
 prepare_dir(const char *dir, bool create, struct xmp_error *err)
 {
     struct stat st;
-    bool shared = geteuid() != 0;
+    bool shared = geteuid() != 0 || !xmp_priv_initial_userns();
 
     if (create && mkdir(dir, shared ? 0700 : 0755) < 0 && errno != EEXIST)
         return xmp_error_set(err, errno, "mkdir `%s`", dir);

@@ -9,7 +9,9 @@
 #include "runner/run/state.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +40,35 @@ Test(state, dir_from_environment)
     cr_assert_str_eq(xmp_state_dir(env, buf, sizeof(buf)), "/tmp/x");
     if (geteuid() == 0)
         cr_assert_str_eq(xmp_state_dir(none, buf, sizeof(buf)), "/run/xmprun");
+}
+
+/* uid 0 in a user namespace of its own (rootless Podman, Apptainer's fakeroot, unshare
+ * --map-root-user) is not the host's root: /run/xmprun there is the host's, not its own, so it
+ * gets the per-uid directory a user gets. */
+Test(state, root_of_a_user_namespace_is_not_the_hosts, .timeout = 10)
+{
+    char *none[] = {"HOME=/", NULL};
+    pid_t pid;
+    int status = 0;
+
+    if (geteuid() != 0)
+        cr_skip_test("needs root to map uid 0 into a new user namespace");
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        char buf[512];
+        int fd;
+        if (unshare(CLONE_NEWUSER) < 0)
+            _exit(77);
+        fd = open("/proc/self/uid_map", O_WRONLY);
+        if (fd < 0 || write(fd, "0 0 1\n", 6) != 6 || geteuid() != 0)
+            _exit(78);
+        _exit(strcmp(xmp_state_dir(none, buf, sizeof(buf)), "/tmp/xmprun-0") == 0 ? 0 : 1);
+    }
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
+        cr_skip_test("no user namespaces here");
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
 }
 
 /* A user who is not root gets a directory of their own: $XDG_RUNTIME_DIR/xmprun when that is
