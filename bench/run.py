@@ -250,8 +250,11 @@ if "failure" in only:
     for n in [int(x) for x in args.fail_size.split(",")]:
         print(f"\n## failure -> exit, N={n}: rank 0 exits 1 after 300 ms, {n - 1} sleepers get SIGTERM")
         path = spec(f"bench-fail-{n}", n, f"[{baseline}, worker]", "on_failure: {grace: 5s}\n")
+        # A report path of its own: its stacks files beside it would otherwise be removed by
+        # every run of the other spec (a cost that is not the default's).
         always = spec(f"bench-fail-always-{n}", n, f"[{baseline}, worker]",
-                      "on_failure: {grace: 5s, stacks: always}\n")
+                      "on_failure: {grace: 5s, stacks: always}\n",
+                      report=os.path.join(tmp, "always.json"))
         off = spec(f"bench-fail-off-{n}", n, f"[{baseline}, worker]",
                    "on_failure: {grace: 5s}\nisolation: {cgroups: off}\n")
         shm_path = spec(f"bench-fail-shm-{n}", n, f"[{baseline}, worker]", "on_failure: {grace: 5s}\n",

@@ -46,24 +46,36 @@ xmp_stacks_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* comm and state from /proc/PID/task/TID/stat ("tid (comm) S ..."; comm may hold parens). */
-static void
+/* comm and state from /proc/PID/task/TID/stat ("tid (comm) S ..."; comm may hold parens); the
+ * process's thread count (field 20) when it is read for the whole process (tid 0: /proc/PID/stat,
+ * which is the main thread's), else or when unknown 0. */
+static long
 read_thread_stat(pid_t pid, struct xmp_stack_thread *t)
 {
     char path[96], text[1024];
-    char *open_paren, *close_paren;
+    char *open_paren, *close_paren, *field;
+    long n_threads = 0;
 
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)t->tid);
+    if (t->tid == 0)
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    else
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)t->tid);
     if (xmp_proc_read(path, text, sizeof(text)) < 0)
-        return;
+        return 0;
     open_paren = strchr(text, '(');
     close_paren = strrchr(text, ')');
-    if (open_paren != NULL && close_paren != NULL && close_paren > open_paren) {
-        snprintf(t->name, sizeof(t->name), "%.*s", (int)(close_paren - open_paren - 1),
-                 open_paren + 1);
-        if (close_paren[1] == ' ' && close_paren[2] != '\0')
-            t->state = close_paren[2];
-    }
+    if (open_paren == NULL || close_paren == NULL || close_paren < open_paren)
+        return 0;
+    snprintf(t->name, sizeof(t->name), "%.*s", (int)(close_paren - open_paren - 1), open_paren + 1);
+    if (close_paren[1] == ' ' && close_paren[2] != '\0')
+        t->state = close_paren[2];
+    /* Past the state (field 3) and the 16 fields after it. */
+    field = close_paren + 1;
+    for (int i = 3; i <= 19 && field != NULL; i++)
+        field = strchr(field + 1, ' ');
+    if (t->tid == 0 && field != NULL)
+        n_threads = strtol(field + 1, NULL, 10);
+    return n_threads;
 }
 
 /* False when the kernel stack could not be read for want of the right: /proc/PID/stack needs
@@ -233,12 +245,23 @@ read_proc_comm(struct xmp_stack_proc *p)
 static void
 read_proc(struct xmp_stack_proc *p)
 {
-    if (list_threads(p) < 0) {
+    struct xmp_stack_thread main_thread = {0};
+    /* A process of one thread (most workers of C programs, shells, sleeps) needs no listing. */
+    bool alone = read_thread_stat(p->pid, &main_thread) == 1;
+
+    if (alone && (p->threads = calloc(1, sizeof(*p->threads))) == NULL)
+        alone = false;
+    if (alone) {
+        p->threads[0] = main_thread;
+        p->threads[0].tid = p->pid;
+        p->n_threads = 1;
+    } else if (list_threads(p) < 0) {
         snprintf(p->error, sizeof(p->error), "list the threads: %s", strerror(errno));
         return;
     }
     for (size_t i = 0; i < p->n_threads; i++) {
-        read_thread_stat(p->pid, &p->threads[i]);
+        if (!alone)
+            read_thread_stat(p->pid, &p->threads[i]);
         if (!read_thread_kernel(p->pid, &p->threads[i]) && p->error[0] == '\0')
             snprintf(p->error, sizeof(p->error),
                      "no kernel stacks: /proc/PID/stack needs CAP_SYS_ADMIN, which xmprun has not "

@@ -12,10 +12,14 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/user.h>
 #include <unistd.h>
 
 #define XMP_DW_DEFINE(f) __typeof__(xmp_dw_##f) xmp_dw_##f; /* as declared, before the names */
@@ -349,6 +353,139 @@ out:
 /* p's modules (its /proc maps and their files), read into a libdwfl session while its threads
  * are on their way to stop: none of it needs them stopped. NULL, with why in p->error, when
  * they cannot be read. */
+/* The process state libdwfl unwinds from, served without dwfl_linux_proc_attach, which reads
+ * /proc/PID/status, lists the threads again and maps the executable (unmapped at dwfl_end: a TLB
+ * shootdown on every CPU) for each process: the threads are stopped already (capture's), their
+ * registers are read with ptrace, their memory a page at a time. On other machines than x86-64
+ * (whose registers' layout this knows), libdwfl's own attach serves. */
+#if defined(__x86_64__)
+#define OWN_ATTACH 1
+#endif
+
+#ifdef OWN_ATTACH
+#define MEM_PAGE  4096
+#define MEM_PAGES 4 /* a stack's frames are in a few pages */
+
+struct attach {
+    pid_t pid;
+    uint64_t page_addr[MEM_PAGES]; /* 0: empty (page 0 is never read) */
+    unsigned char page[MEM_PAGES][MEM_PAGE];
+    size_t next; /* the slot the next page replaces */
+};
+
+static pid_t
+next_thread(Dwfl *dwfl, void *arg, void **thread_argp)
+{
+    /* Only dwfl_getthreads asks, which the capture never calls: it names its threads. */
+    (void)dwfl;
+    (void)arg;
+    (void)thread_argp;
+    return 0;
+}
+
+static bool
+get_thread(Dwfl *dwfl, pid_t tid, void *arg, void **thread_argp)
+{
+    (void)dwfl;
+    (void)arg;
+    *thread_argp = (void *)(intptr_t)tid;
+    return true;
+}
+
+static bool
+read_remote(pid_t pid, uint64_t addr, void *buf, size_t size)
+{
+    struct iovec local = {buf, size}, remote = {(void *)(uintptr_t)addr, size};
+
+    return process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)size;
+}
+
+static bool
+memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg)
+{
+    struct attach *a = arg;
+    uint64_t base = addr & ~(uint64_t)(MEM_PAGE - 1);
+    size_t slot;
+
+    (void)dwfl;
+    /* A word across two pages, or on a page that cannot be read whole: as it is. */
+    if (addr - base > MEM_PAGE - sizeof(*result) || base == 0)
+        return read_remote(a->pid, addr, result, sizeof(*result));
+    for (slot = 0; slot < MEM_PAGES && a->page_addr[slot] != base; slot++)
+        ;
+    if (slot == MEM_PAGES) {
+        slot = a->next;
+        if (!read_remote(a->pid, base, a->page[slot], MEM_PAGE)) {
+            a->page_addr[slot] = 0;
+            return read_remote(a->pid, addr, result, sizeof(*result));
+        }
+        a->page_addr[slot] = base;
+        a->next = (a->next + 1) % MEM_PAGES;
+    }
+    memcpy(result, a->page[slot] + (addr - base), sizeof(*result));
+    return true;
+}
+
+static bool
+set_initial_registers(Dwfl_Thread *thread, void *thread_arg)
+{
+    struct user_regs_struct r;
+
+    if (ptrace(PTRACE_GETREGS, (pid_t)(intptr_t)thread_arg, 0, &r) != 0)
+        return false;
+    /* In DWARF's numbering of x86-64's registers; the last is the pc. */
+    const Dwarf_Word regs[] = {r.rax, r.rdx, r.rcx, r.rbx, r.rsi, r.rdi, r.rbp, r.rsp, r.r8,
+                               r.r9,  r.r10, r.r11, r.r12, r.r13, r.r14, r.r15, r.rip};
+    return dwfl_thread_state_registers(thread, 0, sizeof(regs) / sizeof(*regs), regs);
+}
+
+static void
+detach_state(Dwfl *dwfl, void *arg)
+{
+    (void)dwfl;
+    free(arg);
+}
+
+static void
+thread_detach(Dwfl_Thread *thread, void *thread_arg)
+{
+    /* The capture lets go of its threads itself. */
+    (void)thread;
+    (void)thread_arg;
+}
+
+static const Dwfl_Thread_Callbacks thread_callbacks = {
+    .next_thread = next_thread,
+    .get_thread = get_thread,
+    .memory_read = memory_read,
+    .set_initial_registers = set_initial_registers,
+    .detach = detach_state,
+    .thread_detach = thread_detach,
+};
+
+static bool
+attach_stopped(Dwfl *dwfl, pid_t pid)
+{
+    struct attach *a = calloc(1, sizeof(*a));
+
+    if (a == NULL)
+        return false;
+    a->pid = pid;
+    /* No ELF: libdwfl takes the machine from the first module it can read (the cache's). */
+    if (!dwfl_attach_state(dwfl, NULL, pid, &thread_callbacks, a)) {
+        free(a);
+        return false;
+    }
+    return true;
+}
+#else
+static bool
+attach_stopped(Dwfl *dwfl, pid_t pid)
+{
+    return dwfl_linux_proc_attach(dwfl, pid, true) == 0;
+}
+#endif
+
 Dwfl *
 xmp_stacks_dw_report(struct xmp_stack_proc *p, Dwfl_Callbacks *callbacks)
 {
@@ -363,7 +500,7 @@ xmp_stacks_dw_report(struct xmp_stack_proc *p, Dwfl_Callbacks *callbacks)
     dwfl = dwfl_begin(callbacks);
 
     if (dwfl == NULL || report_maps(dwfl, p->pid) != 0 || dwfl_report_end(dwfl, NULL, NULL) != 0 ||
-        dwfl_linux_proc_attach(dwfl, p->pid, true) != 0) {
+        !attach_stopped(dwfl, p->pid)) {
         snprintf(p->error, sizeof(p->error), "read the modules: %s", dwfl_errmsg(-1));
         if (dwfl != NULL)
             dwfl_end(dwfl);

@@ -15,6 +15,7 @@
  * its own name. */
 #define XMP_DW_FUNCS(X)                                                                            \
     X(dwfl_addrmodule)                                                                             \
+    X(dwfl_attach_state)                                                                           \
     X(dwfl_begin)                                                                                  \
     X(dwfl_build_id_find_debuginfo)                                                                \
     X(dwfl_end)                                                                                    \
@@ -30,11 +31,13 @@
     X(dwfl_module_info)                                                                            \
     X(dwfl_report_end)                                                                             \
     X(dwfl_report_module)                                                                          \
+    X(dwfl_thread_state_registers)                                                                 \
     X(elf_begin)                                                                                   \
     X(elf_end)
 #define XMP_DW_DECLARE(f) extern __typeof__(f) *xmp_dw_##f;
 XMP_DW_FUNCS(XMP_DW_DECLARE)
 #define dwfl_addrmodule              xmp_dw_dwfl_addrmodule
+#define dwfl_attach_state            xmp_dw_dwfl_attach_state
 #define dwfl_begin                   xmp_dw_dwfl_begin
 #define dwfl_build_id_find_debuginfo xmp_dw_dwfl_build_id_find_debuginfo
 #define dwfl_end                     xmp_dw_dwfl_end
@@ -50,6 +53,7 @@ XMP_DW_FUNCS(XMP_DW_DECLARE)
 #define dwfl_module_info             xmp_dw_dwfl_module_info
 #define dwfl_report_end              xmp_dw_dwfl_report_end
 #define dwfl_report_module           xmp_dw_dwfl_report_module
+#define dwfl_thread_state_registers  xmp_dw_dwfl_thread_state_registers
 #define elf_begin                    xmp_dw_elf_begin
 #define elf_end                      xmp_dw_elf_end
 
