@@ -704,31 +704,51 @@ xmp_report_write_stacks(struct xmp_report *r, const char *report_path)
 {
     char dir[1024], path[1100];
     size_t len = strlen(report_path);
-    bool made = false;
+    bool made = false, any = false;
 
     if (len > 5 && strcmp(report_path + len - 5, ".json") == 0)
         len -= 5;
     snprintf(dir, sizeof(dir), "%.*s.stacks", (int)len, report_path);
+    /* Nothing to write and nothing of an earlier run to remove (most runs): no file looked at. */
+    for (size_t i = 0; i < r->n_workers && !any; i++)
+        any = r->workers[i].stacks != NULL;
+    if (!any && access(dir, F_OK) != 0)
+        return;
     for (size_t i = 0; i < r->n_workers; i++) {
         struct xmp_worker_report *w = &r->workers[i];
+        struct stat st;
         FILE *f;
+        int fd;
         snprintf(path, sizeof(path), "%s/worker-%d.txt", dir, w->rank);
-        /* A file of an earlier run is removed, not truncated: ext4 writes a file truncated and
-         * written again to disk at its close (auto_da_alloc), milliseconds each. */
-        unlink(path);
-        if (w->stacks == NULL)
+        if (w->stacks == NULL) {
+            unlink(path);
             continue;
+        }
         if (!made && mkdir(dir, 0755) < 0 && errno != EEXIST)
             return;
         made = true;
-        f = fopen(path, "we");
-        if (f == NULL)
+        /* A file of an earlier run is written over and cut to its new length, not truncated
+         * first: ext4 writes a file truncated to nothing and written again to disk at its close
+         * (auto_da_alloc), milliseconds each. One with other links (a copy kept with ln) is
+         * replaced instead, so that the copy keeps what it had. */
+        fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd >= 0 && (fstat(fd, &st) < 0 || st.st_nlink > 1)) {
+            close(fd);
+            unlink(path);
+            fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+        }
+        f = fd >= 0 ? fdopen(fd, "w") : NULL;
+        if (f == NULL) {
+            if (fd >= 0)
+                close(fd);
             continue;
+        }
         fprintf(f, "worker %d (%s) of job %s, stopped by xmprun (%s)\n", w->rank,
                 w->devices != NULL && w->devices[0] != NULL ? w->devices[0] : "-",
                 r->job_name != NULL ? r->job_name : "?", xmp_worker_state_name(w->state));
         xmp_stacks_print(w->stacks, f);
-        if (fclose(f) == 0)
+        bool whole = fflush(f) == 0 && ftruncate(fd, ftello(f)) == 0;
+        if (fclose(f) == 0 && whole)
             snprintf(w->stacks_file, sizeof(w->stacks_file), "%s", path);
     }
 }

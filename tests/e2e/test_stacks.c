@@ -4,7 +4,9 @@
  * layout has no interpreter to test on here. */
 #include "e2e/e2e.h"
 
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PYTHON "/usr/bin/python3"
 
@@ -134,7 +136,20 @@ Test(stacks, c_worker_native_stack_names_the_caller, .timeout = 120)
                           bin) > 0,
                  1);
     e2e_set_spec(&e, text);
+    /* A stacks file of an earlier run, longer than this run's, is written over and cut to its
+     * new length (not truncated first: ext4 would write it to disk at its close). */
+    char *stacks_dir = e2e_path(&e, "report.stacks");
+    cr_assert_eq(mkdir(stacks_dir, 0755), 0);
+    char *stale = malloc(200001);
+    memset(stale, 'z', 200000);
+    stale[200000] = '\0';
+    free(xt_write_file(stacks_dir, "worker-0.txt", stale));
+    free(stale);
     cr_assert_eq(e2e_run(&e, 60, NULL), 124, "stderr:\n%s", e.r.err);
+    char *stacks_file = e2e_path(&e, "report.stacks/worker-0.txt");
+    char *first = xt_read_file(stacks_file);
+    cr_assert(first != NULL && strchr(first, 'z') == NULL && strstr(first, "block_in_read"),
+              "%.300s", first != NULL ? first : "(none)");
     e2e_load_report(&e);
     /* Read, then let go: the SIGTERM after the capture ends it, not the kill after the grace
      * (a worker left stopped under ptrace could not act on it). */
@@ -157,6 +172,29 @@ Test(stacks, c_worker_native_stack_names_the_caller, .timeout = 120)
               json_dumps(json_object_get(t, "native"), 0));
     cr_assert(strstr(e.r.err, "worker 0 was stopped in read < block_in_read") != NULL, "%s",
               e.r.err);
+    /* A stacks file with another link (a copy kept with ln) is replaced: the copy keeps what it
+     * had. */
+    char *kept = e2e_path(&e, "report.stacks/kept.txt");
+    cr_assert_eq(link(stacks_file, kept), 0);
+    cr_assert_eq(e2e_run(&e, 60, NULL), 124, "stderr:\n%s", e.r.err);
+    char *kept_text = xt_read_file(kept);
+    cr_assert(kept_text != NULL && strcmp(kept_text, first) == 0, "the kept copy changed");
+    /* A run that takes none removes the earlier run's, which would be taken for its own. */
+    cr_assert(asprintf(&text,
+                       "version: 1\nname: stacks-c\nworkers: 1\ndevices: {kind: cpu}\n"
+                       "timeout: 1s\non_failure: {action: kill-all, grace: 2s, stacks: never}\n"
+                       "command: [%s]\n",
+                       bin) > 0);
+    e2e_set_spec(&e, text);
+    cr_assert_eq(e2e_run(&e, 60, NULL), 124, "stderr:\n%s", e.r.err);
+    cr_assert_neq(access(stacks_file, F_OK), 0, "%s is left from the run before", stacks_file);
+    cr_assert_eq(access(kept, F_OK), 0);
+    unlink(kept);
+    free(kept_text);
+    free(kept);
+    free(first);
+    free(stacks_file);
+    free(stacks_dir);
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
