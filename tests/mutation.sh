@@ -115,6 +115,7 @@ while IFS= read -r entry; do
     name=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["name"])' "$entry")
     file=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["file"])' "$entry")
     tests=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["tests"])' "$entry")
+    only=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1]).get("only", ""))' "$entry")
     total=$((total + 1))
     target=$work/tree/$file
     cp "$target" "$work/original"
@@ -138,10 +139,16 @@ while IFS= read -r entry; do
         fi
         # A mutant is killed by its first failing test: the rest (of that binary, and of the
         # others named) need not run. A pass runs them all, as without these.
-        if ! CRITERION_FAIL_FAST=1 ctest --test-dir "$work/tree/build" -R "$tests" \
-            --no-tests=error --stop-on-failure --timeout 300 >"$work/mutant-test.log" 2>&1; then
+        # "only" narrows a Criterion binary to the cases that kill the mutant (its pattern,
+        # "suite/case"): a slow binary's other cases need not run for it.
+        pattern=()
+        [[ -z $only ]] || pattern=("CRITERION_TEST_PATTERN=$only")
+        if ! env CRITERION_FAIL_FAST=1 "${pattern[@]}" ctest --test-dir "$work/tree/build" \
+            -R "$tests" --no-tests=error --stop-on-failure --timeout 300 --output-on-failure \
+            >"$work/mutant-test.log" 2>&1; then
             verdict="killed by $(sed -n 's/^[[:space:]]*[0-9]* - \([^ ]*\) .*/\1/p' "$work/mutant-test.log" |
-                tr '\n' ' ')"
+                tr '\n' ' ')$(sed -n 's/.*\[FAIL\] \([^:]*\)::\([^:]*\):.*/\1\/\2/p' \
+                "$work/mutant-test.log" | sort -u | head -3 | tr '\n' ' ')"
         fi
     fi
     log "$name ($file): $verdict"
