@@ -141,3 +141,34 @@ Test(report_path, a_given_path_is_kept_and_a_shared_one_said, .timeout = 120)
     e2e_assert_clean(&e);
     e2e_fini(&e);
 }
+
+/* The report is on disk when xmprun exits, however slow the disk: its fsyncs (on a thread of
+ * their own while the cgroups go) are waited for. A slow disk is a preloaded fsync that waits
+ * 1 s (helpers/slow_fsync.c); without the wait, xmprun would exit with the report still a
+ * temp file. */
+Test(report_path, the_report_is_in_place_when_xmprun_exits_on_a_slow_disk, .timeout = 60)
+{
+    struct e2e e;
+    char *path, *log;
+
+    e2e_init(&e);
+    cr_assert_eq(e2e_sh(&e, 50,
+                        "mkdir r && LD_PRELOAD=\"$XMPRUN_SLOW_FSYNC\" "
+                        "SLOW_FSYNC_LOG=\"$DIR/fsync.log\" "
+                        "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0\" "
+                        "\"$XMPRUN\" -q --report \"$DIR/r/job.report.json\" -n 2 -- true\n"
+                        "echo status=$?; ls -A \"$DIR/r\"\n"),
+                 0, "%s", e.r.err);
+    cr_assert_not_null(strstr(e.r.out, "status=0\n"), "%s\n%s", e.r.out, e.r.err);
+    /* The slow disk was in effect: the report and its directory were fsynced through it. */
+    log = read_in(&e, "fsync.log");
+    cr_assert_str_eq(log, "fsync\nfsync\n", "%s", log);
+    free(log);
+    /* The report, whole, and nothing else: no temp file left beside it. */
+    cr_assert_str_eq(strstr(e.r.out, "\n") + 1, "job.report.json\n", "%s", e.r.out);
+    path = e2e_path(&e, "r/job.report.json");
+    cr_assert_str_eq(outcome_of(path), "succeeded");
+    free(path);
+    e2e_assert_clean(&e);
+    e2e_fini(&e);
+}
