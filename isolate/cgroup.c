@@ -5,6 +5,7 @@
 #define _GNU_SOURCE /* cpu_set_t macros */
 #endif
 #include "isolate/cgroup.h"
+#include "isolate/array.h"
 #include "isolate/cgroup_internal.h"
 #include "isolate/cleanup.h"
 
@@ -698,15 +699,7 @@ xmp_cgroup_release(struct xmp_cgroup *cg)
         xmp_thread_start(&rm->thread, remover_main, rm, REMOVER_STACK);
     }
     pthread_mutex_lock(&rm->mu);
-    if (rm->n == rm->cap) {
-        size_t cap = rm->cap > 0 ? rm->cap * 2 : 64;
-        struct xmp_cgroup **q = realloc(rm->queue, cap * sizeof(*q));
-        if (q != NULL) {
-            rm->queue = q;
-            rm->cap = cap;
-        }
-    }
-    if (rm->n < rm->cap) {
+    if (xmp_array_reserve(rm->queue, rm->cap, rm->n + 1, 64)) {
         cg->released = true;
         rm->queue[rm->n++] = cg;
         queued = true;

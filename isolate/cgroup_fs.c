@@ -4,6 +4,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* cpu_set_t macros */
 #endif
+#include "isolate/array.h"
 #include "isolate/cgroup.h"
 #include "isolate/cgroup_internal.h"
 #include "isolate/cleanup.h"
@@ -460,12 +461,8 @@ sweep_saw(struct sweep *s, pid_t pid)
     for (size_t i = 0; i < s->n; i++)
         if (s->seen[i] == pid)
             return true;
-    if (s->n == s->cap) {
-        pid_t *grown = realloc(s->seen, (s->cap = s->cap ? s->cap * 2 : 64) * sizeof(pid_t));
-        if (grown == NULL)
-            return false; /* counted as new: one more round, never one too few */
-        s->seen = grown;
-    }
+    if (!xmp_array_reserve(s->seen, s->cap, s->n + 1, 64))
+        return false; /* counted as new: one more round, never one too few */
     s->seen[s->n++] = pid;
     return false;
 }

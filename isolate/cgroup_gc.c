@@ -5,6 +5,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* cpu_set_t macros */
 #endif
+#include "isolate/array.h"
 #include "isolate/cgroup.h"
 #include "isolate/cgroup_internal.h"
 #include "isolate/cleanup.h"
@@ -69,12 +70,8 @@ xmp_cgroup_gc(enum xmp_cgroup_mode mode, bool (*is_orphan)(const char *name, voi
                 strlen(de->d_name) >= 256 || strcmp(de->d_name, self) == 0 ||
                 seen_name(names, n, de->d_name) || !is_orphan(de->d_name, data))
                 continue;
-            if (n == cap) {
-                void *nn = realloc(names, (cap = cap ? cap * 2 : 8) * sizeof(*names));
-                if (nn == NULL)
-                    break;
-                names = nn;
-            }
+            if (!xmp_array_reserve(names, cap, n + 1, 8))
+                break;
             snprintf(names[n++], sizeof(names[0]), "%s", de->d_name);
         }
         closedir(d);

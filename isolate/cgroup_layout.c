@@ -5,6 +5,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* cpu_set_t macros */
 #endif
+#include "isolate/array.h"
 #include "isolate/cgroup.h"
 #include "isolate/cgroup_internal.h"
 #include "isolate/cleanup.h"
@@ -74,14 +75,10 @@ xmp_cg_slurp(const char *path, struct xmp_error *err)
         return NULL;
     }
     for (;;) {
-        if (len + 4096 + 1 > cap) {
-            char *nb = realloc(buf, cap = cap ? cap * 2 : 16384);
-            if (nb == NULL) {
-                free(buf);
-                xmp_error_set(err, ENOMEM, "read `%s`", path);
-                return NULL;
-            }
-            buf = nb;
+        if (!xmp_array_reserve(buf, cap, len + 4096 + 1, 16384)) {
+            free(buf);
+            xmp_error_set(err, ENOMEM, "read `%s`", path);
+            return NULL;
         }
         size_t n = fread(buf + len, 1, cap - len - 1, f);
         len += n;

@@ -7,6 +7,7 @@
 #endif
 #include "isolate/devices.h"
 
+#include "isolate/array.h"
 #include "isolate/cleanup.h"
 
 #include <errno.h>
@@ -19,25 +20,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* Room for one more rule: the list doubles, so that n rules cost log n reallocations. */
-static bool
-reserve_one(struct xmp_dev_rules *rules)
-{
-    if (rules->n < rules->cap)
-        return true;
-    size_t cap = rules->cap > 0 ? rules->cap * 2 : 32;
-    struct xmp_dev_rule *r = reallocarray(rules->r, cap, sizeof(*r));
-    if (r == NULL)
-        return false;
-    rules->r = r;
-    rules->cap = cap;
-    return true;
-}
-
 bool
 xmp_devices_append(struct xmp_dev_rules *rules, const struct xmp_dev_rule *r)
 {
-    if (!reserve_one(rules))
+    if (!xmp_array_reserve(rules->r, rules->cap, rules->n + 1, 32))
         return false;
     rules->r[rules->n++] = *r;
     return true;

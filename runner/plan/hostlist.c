@@ -5,6 +5,7 @@
 
 #include "runner/util/strv.h"
 
+#include "isolate/array.h"
 #include "isolate/cleanup.h"
 
 #include <ctype.h>
@@ -26,15 +27,9 @@ struct strv {
 static int
 strv_push(struct strv *s, char *item, struct xmp_error *err)
 {
-    if (s->n + 2 > s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 8;
-        char **grown = realloc(s->v, cap * sizeof(*grown));
-        if (grown == NULL) {
-            free(item);
-            return xmp_error_set(err, errno, "realloc");
-        }
-        s->v = grown;
-        s->cap = cap;
+    if (!xmp_array_reserve(s->v, s->cap, s->n + 2, 8)) {
+        free(item);
+        return xmp_error_set(err, errno, "realloc");
     }
     s->v[s->n++] = item;
     s->v[s->n] = NULL;

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "runner/plan/plan.h"
 
+#include "isolate/array.h"
 #include "isolate/cleanup.h"
 #include "runner/plan/hostlist.h"
 #include "runner/plan/plan_internal.h"
@@ -43,15 +44,9 @@ env_set(struct env_builder *b, const char *name, const char *value)
         b->v[i].value = v;
         return;
     }
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 32;
-        struct xmp_env_var *grown = realloc(b->v, cap * sizeof(*grown));
-        if (grown == NULL) {
-            b->failed = true;
-            return;
-        }
-        b->v = grown;
-        b->cap = cap;
+    if (!xmp_array_reserve(b->v, b->cap, b->n + 1, 32)) {
+        b->failed = true;
+        return;
     }
     n = strdup(name);
     v = strdup(value);

@@ -11,6 +11,7 @@
 #endif
 #include "runner/report/stacks_internal.h"
 
+#include "isolate/array.h"
 #include "isolate/proc.h"
 
 #include <dirent.h>
@@ -124,14 +125,8 @@ list_threads(struct xmp_stack_proc *p)
         long tid = strtol(e->d_name, NULL, 10);
         if (tid <= 0)
             continue;
-        if (p->n_threads == cap) {
-            struct xmp_stack_thread *more =
-                reallocarray(p->threads, cap > 0 ? cap * 2 : 8, sizeof(*p->threads));
-            if (more == NULL)
-                break;
-            p->threads = more;
-            cap = cap > 0 ? cap * 2 : 8;
-        }
+        if (!xmp_array_reserve(p->threads, cap, p->n_threads + 1, 8))
+            break;
         memset(&p->threads[p->n_threads], 0, sizeof(p->threads[0]));
         p->threads[p->n_threads++].tid = (pid_t)tid;
     }

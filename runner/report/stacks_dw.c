@@ -6,6 +6,7 @@
 #endif
 #include "runner/report/stacks_internal.h"
 
+#include "isolate/array.h"
 #include "isolate/dynlib.h"
 
 #include <errno.h>
@@ -191,14 +192,8 @@ elf_cache_get(struct elf_cache *c, const char *path, const struct stat *st)
             f->mtime.tv_sec == st->st_mtim.tv_sec && f->mtime.tv_nsec == st->st_mtim.tv_nsec)
             return f;
     }
-    if (c->n == c->cap) {
-        size_t cap = c->cap > 0 ? c->cap * 2 : 16;
-        struct elf_file *more = reallocarray(c->files, cap, sizeof(*more));
-        if (more == NULL)
-            return NULL;
-        c->files = more;
-        c->cap = cap;
-    }
+    if (!xmp_array_reserve(c->files, c->cap, c->n + 1, 16))
+        return NULL;
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return NULL;

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #endif
 #include "runner/run/output.h"
+#include "isolate/array.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -290,20 +291,7 @@ xmp_console_free(struct xmp_console *c)
 static bool
 console_reserve(struct xmp_console *c, size_t need)
 {
-    size_t cap;
-    char *grown;
-
-    if (c->len + need <= c->cap)
-        return true;
-    cap = c->cap > 0 ? c->cap : 2 * XMP_CONSOLE_FLUSH;
-    while (cap < c->len + need)
-        cap *= 2;
-    grown = realloc(c->buf, cap);
-    if (grown == NULL)
-        return false;
-    c->buf = grown;
-    c->cap = cap;
-    return true;
+    return xmp_array_reserve(c->buf, c->cap, c->len + need, 2 * XMP_CONSOLE_FLUSH);
 }
 
 /* Queues one line (with its prefix and newline) whole, and writes the queue once it passes
