@@ -27,6 +27,11 @@ xmp_array_grow(void *items, size_t *cap, size_t n, size_t size, size_t first)
         }
         c *= 2;
     }
+    /* Said here, not left to reallocarray: the sanitizers' abort at an overflow there. */
+    if (size > 0 && c > SIZE_MAX / size) {
+        errno = ENOMEM;
+        return NULL;
+    }
     grown = reallocarray(items, c, size);
     if (grown != NULL)
         *cap = c;

@@ -46,27 +46,36 @@ Test(array, a_first_size_of_zero_still_grows)
     free(b);
 }
 
+/* In the sanitizer build, an allocation larger than memory is an error that aborts unless the
+ * allocator may return NULL, as the C library's does. */
+const char *__asan_default_options(void);
+const char *
+__asan_default_options(void)
+{
+    return "allocator_may_return_null=1";
+}
+
 Test(array, a_request_that_cannot_be_met_leaves_the_array_as_it_was)
 {
     struct {
         char bytes[64];
     } *v = NULL;
     size_t cap = 0;
-    /* Not constants: the compiler would see the overflow and refuse to build the call. */
-    volatile size_t huge = SIZE_MAX / 32, most = SIZE_MAX;
+    /* Not constants: the compiler would see what cannot be allocated and refuse to build the
+     * call. 2^55 items of 64 bytes: more than any address space; then more than a size_t can
+     * count in bytes; then more than it can count in items. */
+    volatile size_t requests[] = {(size_t)1 << 55, SIZE_MAX / 32, SIZE_MAX};
 
     cr_assert(xmp_array_reserve(v, cap, 4, 4));
+    v[3].bytes[0] = 'x';
     void *before = v;
-    /* More than memory can hold: the size in bytes overflows (reallocarray), or the count
-     * cannot double any further. */
-    errno = 0;
-    cr_assert_not(xmp_array_reserve(v, cap, huge, 4));
-    cr_assert_eq(errno, ENOMEM);
-    cr_assert_eq(cap, 4, "the size changed to %zu without the memory", cap);
-    cr_assert_eq((void *)v, before);
-    errno = 0;
-    cr_assert_not(xmp_array_reserve(v, cap, most, 4));
-    cr_assert_eq(errno, ENOMEM);
-    cr_assert_eq(cap, 4);
+    for (size_t i = 0; i < sizeof(requests) / sizeof(requests[0]); i++) {
+        errno = 0;
+        cr_assert_not(xmp_array_reserve(v, cap, requests[i], 4), "request %zu met", i);
+        cr_assert_eq(errno, ENOMEM, "request %zu", i);
+        cr_assert_eq(cap, 4, "request %zu: the size changed to %zu without the memory", i, cap);
+        cr_assert_eq((void *)v, before, "request %zu", i);
+    }
+    cr_assert_eq(v[3].bytes[0], 'x');
     free(v);
 }
