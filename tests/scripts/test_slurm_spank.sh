@@ -149,7 +149,7 @@ name: sptwo
 devices: {kind: cpu}
 workers: 1
 resources: {worker: {memory: 256Mi}}
-command: [$probe, alloc, '200']
+command: [$probe, alloc, '200', '0']
 EOF
     chmod 0644 two.yaml
     out=$(timeout 120 $as srun -c 2 --xmprun-cgroups sh -c "env -u XMPRUN_HOST_ROOT $xmprun -q \
