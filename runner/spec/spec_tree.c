@@ -3,6 +3,7 @@
  * The YAML reader that builds the tree is spec_tree_yaml.c. */
 #include "runner/spec/spec_tree.h"
 
+#include "isolate/array.h"
 #include "isolate/cleanup.h"
 
 #include <errno.h>
@@ -27,16 +28,21 @@ xmp_tree_xmalloc(size_t n)
     return p;
 }
 
+_Noreturn void
+xmp_tree_out_of_memory(void)
+{
+    fputs("xmprun: out of memory while reading the spec\n", stderr);
+    abort();
+}
+
 void *
 xmp_tree_xrealloc_array(void *p, size_t n, size_t size)
 {
     if (n != 0 && size > SIZE_MAX / n)
         abort();
     p = realloc(p, n * size == 0 ? 1 : n * size);
-    if (p == NULL) {
-        fputs("xmprun: out of memory while reading the spec\n", stderr);
-        abort();
-    }
+    if (p == NULL)
+        xmp_tree_out_of_memory();
     return p;
 }
 
@@ -71,10 +77,8 @@ xmp_sink_add(struct xmp_diag_sink *ds, const char *file, int line, int col, cons
         ds->dropped++;
         return;
     }
-    if (ds->n == ds->cap) {
-        ds->cap = ds->cap ? ds->cap * 2 : 16;
-        ds->items = xmp_tree_xrealloc_array(ds->items, ds->cap, sizeof(*ds->items));
-    }
+    if (!xmp_array_reserve(ds->items, ds->cap, ds->n + 1, 16))
+        xmp_tree_out_of_memory();
     ds->items[ds->n].seq = ds->n;
     d = &ds->items[ds->n].diag;
     memset(d, 0, sizeof(*d));

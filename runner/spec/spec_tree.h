@@ -111,6 +111,8 @@ size_t xmp_edit_distance(const char *a, const char *b);
  * saturating sum for the alias expansion's weight. */
 void *xmp_tree_xmalloc(size_t n);
 void *xmp_tree_xrealloc_array(void *p, size_t n, size_t size);
+/* Says that the spec's reading ran out of memory, and aborts. */
+_Noreturn void xmp_tree_out_of_memory(void);
 void *xmp_tree_arena_alloc(struct xmp_tree *t, size_t size);
 size_t xmp_tree_add_weight(size_t a, size_t b);
 

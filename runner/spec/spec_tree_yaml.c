@@ -3,6 +3,7 @@
  * into file:line:col diagnostics; and reading a spec or profile file, bounded. */
 #include "runner/spec/spec_tree.h"
 
+#include "isolate/array.h"
 #include "isolate/cleanup.h"
 
 #include <errno.h>
@@ -212,10 +213,8 @@ static void
 push_keyed(struct keyed **list, size_t *n, size_t *cap, const struct xmp_pair *pair,
            bool explicit_key)
 {
-    if (*n == *cap) {
-        *cap = *cap ? *cap * 2 : 16;
-        *list = xmp_tree_xrealloc_array(*list, *cap, sizeof(**list));
-    }
+    if (!xmp_array_reserve(*list, *cap, *n + 1, 16))
+        xmp_tree_out_of_memory();
     (*list)[*n].pair = pair;
     (*list)[*n].explicit_key = explicit_key;
     (*n)++;
@@ -373,10 +372,8 @@ push_frame(struct builder *b, struct xmp_node *node, const yaml_char_t *anchor, 
                      XMP_SPEC_MAX_DEPTH);
         return -1;
     }
-    if (b->depth == b->cap) {
-        b->cap = b->cap ? b->cap * 2 : 16;
-        b->stack = xmp_tree_xrealloc_array(b->stack, b->cap, sizeof(*b->stack));
-    }
+    if (!xmp_array_reserve(b->stack, b->cap, b->depth + 1, 16))
+        xmp_tree_out_of_memory();
     b->stack[b->depth].node = node;
     b->stack[b->depth].key = NULL;
     b->stack[b->depth].anchor = NULL;
